@@ -1,0 +1,70 @@
+"""Starting the console's processes (Redis, a Celery worker, the web server), for `runconsole` and the tests."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def port_answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_answers(host, port):
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with {process.returncode} before {host}:{port} opened")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing answered on {host}:{port} within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def start_redis(port: int, log_path: Path) -> subprocess.Popen:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (Debian package redis-server)")
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--logfile", str(log_path), "--dir", str(log_path.parent)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for_port("127.0.0.1", port, 10, process)
+    return process
+
+
+def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int = 16, beat: bool = False) -> subprocess.Popen:
+    # Threads, not processes: a job's task mostly waits on SSH, and a stop must run beside it.
+    command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads",
+               "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    if beat:
+        command += ["--beat", "--schedule", str(log_path.parent / "celerybeat-schedule")]
+    log = open(log_path, "ab")
+    return subprocess.Popen(command, cwd=BASE_DIR, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop(process: subprocess.Popen | None, timeout: float = 15) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -1,0 +1,199 @@
+"""Every setting of the console, read from the environment with its default here.
+
+The helpers refuse values they cannot read instead of guessing, so a typo in a deployment
+stops the process at start-up with the variable's name rather than misbehaving later.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+# The embedded default keeps `make run` working with no configuration; a real deployment sets its own.
+SECRET_KEY = env_str("SECRET_KEY", "insecure-local-console-key-change-me-in-production-0123456789")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Runtime state (SQLite file, uploaded code, the local cluster's keys) lives outside the source tree.
+VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
+MEDIA_ROOT = VAR_DIR / "media"
+CODE_DIRS_ROOT = VAR_DIR / "code-dirs"
+EXAMPLES_DIR = BASE_DIR / "examples"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "jobs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
+            ],
+        },
+    },
+]
+
+ASGI_APPLICATION = "console.asgi.application"
+WSGI_APPLICATION = "console.wsgi.application"
+
+DATABASE_URL = env_str("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            # CONSOLE_SQLITE_PATH lets a Celery worker started by the tests open the test database.
+            "NAME": Path(env_str("CONSOLE_SQLITE_PATH", str(VAR_DIR / "console.sqlite3"))),
+            "OPTIONS": {
+                # WAL lets the web process read while a Celery worker writes; IMMEDIATE takes the
+                # write lock at BEGIN so two writers queue on the busy timeout instead of deadlocking.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+            # A file, not memory: the Celery worker the integration tests start must see it.
+            "TEST": {"NAME": str(VAR_DIR / "test-console.sqlite3")},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("pt-br", "Português (Brasil)")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "job-list"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "jobs.api.errors.field_naming_exception_handler",
+}
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE = {
+    # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
+    "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
+}
+
+# How the console reaches nodes and lays out a job on them.
+SSH_CONNECT_TIMEOUT = env_int("SSH_CONNECT_TIMEOUT", 10, minimum=1)
+SSH_COMMAND_TIMEOUT = env_int("SSH_COMMAND_TIMEOUT", 120, minimum=1)
+NODE_WORK_ROOT = env_str("NODE_WORK_ROOT", "/var/lib/training-console/jobs")
+JOB_USER = env_str("JOB_USER", "ma-user")
+JOB_USER_PREFERRED_UID = env_int("JOB_USER_PREFERRED_UID", 1000, minimum=1)
+# Log lines are written in batches so a chatty job costs one transaction per batch, not per line.
+LOG_FLUSH_INTERVAL_SECONDS = float(env_int("LOG_FLUSH_INTERVAL_MS", 250, minimum=10)) / 1000
+LOG_FLUSH_MAX_LINES = env_int("LOG_FLUSH_MAX_LINES", 500, minimum=1)
+LOG_LINE_MAX_BYTES = env_int("LOG_LINE_MAX_BYTES", 16384, minimum=256)
+CODE_DIR_MAX_BYTES = env_int("CODE_DIR_MAX_BYTES", 5 * 1024**3, minimum=1)
+CODE_DIR_MAX_FILES = env_int("CODE_DIR_MAX_FILES", 1000, minimum=1)
+
+# The local cluster `make run` and the tests bring up (namespaces on a private bridge).
+LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", str(VAR_DIR / "localcluster")))
+LOCALCLUSTER_SUBNET = env_str("LOCALCLUSTER_SUBNET", "10.77.0.0/24")
+LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0")
+LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+VAR_DIR.mkdir(parents=True, exist_ok=True)

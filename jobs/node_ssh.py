@@ -1,0 +1,100 @@
+"""SSH to nodes and to job containers with asyncssh: pinned host keys and a timeout on every step."""
+
+import asyncio
+import shlex
+from dataclasses import dataclass
+
+import asyncssh
+from django.conf import settings
+
+
+class NodeError(Exception):
+    """A step on one node failed; the message says which node, which step and why."""
+
+    def __init__(self, node: str, step: str, reason: str):
+        super().__init__(f"{node}: {step} failed: {reason}")
+        self.node = node
+        self.step = step
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    label: str
+    address: str
+    port: int
+    username: str
+    private_key: str
+    # One OpenSSH public key line; empty means "trust on first use" (the caller records what was seen).
+    host_key: str = ""
+
+    def known_hosts(self):
+        if not self.host_key:
+            return None
+        host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        return asyncssh.import_known_hosts(f"{host} {self.host_key.strip()}\n")
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, asyncssh.HostKeyNotVerifiable):
+        return "the host key does not match the pinned key (refusing to connect)"
+    if isinstance(error, asyncssh.PermissionDenied):
+        return "the SSH key was refused"
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (is sshd running?)"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error) or type(error).__name__
+
+
+async def connect(target: SshTarget) -> asyncssh.SSHClientConnection:
+    try:
+        return await asyncio.wait_for(
+            asyncssh.connect(
+                target.address,
+                port=target.port,
+                username=target.username,
+                client_keys=[asyncssh.import_private_key(target.private_key)],
+                known_hosts=target.known_hosts(),
+                connect_timeout=settings.SSH_CONNECT_TIMEOUT,
+                login_timeout=settings.SSH_CONNECT_TIMEOUT,
+                keepalive_interval=15,
+                keepalive_count_max=4,
+            ),
+            timeout=settings.SSH_CONNECT_TIMEOUT * 2,
+        )
+    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+        raise NodeError(target.label, f"SSH to {target.address}:{target.port}", _reason(error)) from error
+
+
+def host_key_line(connection: asyncssh.SSHClientConnection) -> str:
+    key = connection.get_server_host_key()
+    return key.export_public_key("openssh").decode().strip() if key else ""
+
+
+async def run_checked(
+    connection: asyncssh.SSHClientConnection, label: str, step: str, argv: list[str], timeout: float | None = None
+) -> str:
+    """Run argv (quoted, so nothing in it is interpreted by the remote shell); return its stdout."""
+    try:
+        result = await connection.run(
+            shlex.join(argv), check=False, timeout=timeout or settings.SSH_COMMAND_TIMEOUT
+        )
+    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+        raise NodeError(label, step, _reason(error)) from error
+    if result.exit_status != 0:
+        detail = (str(result.stderr or "").strip() or str(result.stdout or "").strip())[-2000:]
+        raise NodeError(label, step, f"exit status {result.exit_status}: {detail}")
+    return str(result.stdout or "")
+
+
+async def upload(connection: asyncssh.SSHClientConnection, label: str, files: dict[str, str]) -> None:
+    """Copy local files to remote paths over SFTP ({local: remote})."""
+    try:
+        async with connection.start_sftp_client() as sftp:
+            for local, remote in files.items():
+                await sftp.put(local, remote)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+        raise NodeError(label, "upload", _reason(error)) from error

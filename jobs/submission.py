@@ -1,0 +1,55 @@
+"""Submission: a validated form becomes a queued job; the queue is told once the row is committed."""
+
+from django.db import transaction
+
+from .forms import TrainingJobForm
+from .models import JobEvent, LauncherDefaults, TrainingJob
+
+
+def sshd_port_for(job_id: int, defaults: LauncherDefaults) -> int:
+    # Nodes are exclusive to a job, so the port only has to differ from the node's own services.
+    span = max(defaults.sshd_port_max - defaults.sshd_port_min + 1, 1)
+    return defaults.sshd_port_min + job_id % span
+
+
+def submit_job(form: TrainingJobForm, owner) -> TrainingJob:
+    from .tasks import dispatch_pending_jobs
+
+    data = form.cleaned_data
+    defaults = LauncherDefaults.current()
+    with transaction.atomic():
+        job = TrainingJob.objects.create(
+            name=data["name"],
+            description=data.get("description", ""),
+            owner=owner,
+            engine_version=data["engine"],
+            code_dir=data["code_dir"],
+            boot_file=data["boot_file"],
+            parameters=form.job_parameters(),
+            env=data.get("env") or {},
+            spec=data["spec"],
+            pool=data.get("pool"),
+            node_count=data["node_count"],
+            extra_args=data.get("extra_args", ""),
+            auto_stop_hours=data.get("auto_stop_hours"),
+            bind_args=defaults.bind_args,
+            x_args=defaults.x_args,
+            mca_args=defaults.mca_args,
+            tune_prefixes=defaults.tune_prefixes,
+        )
+        job.sshd_port = sshd_port_for(job.pk, defaults)
+        job.save(update_fields=["sshd_port"])
+        JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
+        transaction.on_commit(dispatch_pending_jobs.delay)
+    return job
+
+
+def request_stop(job: TrainingJob) -> None:
+    """Stop a job: a queued one ends at once, a live one gets its containers ended by a worker."""
+    from .tasks import dispatch_pending_jobs, stop_job
+
+    finished = job.terminate()
+    if finished:
+        transaction.on_commit(dispatch_pending_jobs.delay)
+    else:
+        transaction.on_commit(lambda: stop_job.delay(job.pk))

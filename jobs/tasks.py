@@ -1,0 +1,32 @@
+"""Celery tasks: thin entry points that hand over to the pipeline's stages."""
+
+import logging
+
+from celery import shared_task
+from django.db import transaction
+
+from . import allocation, pipeline
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True)
+def dispatch_pending_jobs() -> list[int]:
+    started = allocation.dispatch_pending()
+    for job_id in started:
+        transaction.on_commit(lambda job_id=job_id: run_job.delay(job_id))
+    return started
+
+
+@shared_task(ignore_result=True)
+def run_job(job_id: int) -> None:
+    try:
+        pipeline.run_allocated_job(job_id)
+    finally:
+        # Whatever happened, nodes may have been freed: give queued jobs their chance now.
+        dispatch_pending_jobs.delay()
+
+
+@shared_task(ignore_result=True)
+def stop_job(job_id: int) -> None:
+    pipeline.stop_running_job(job_id)
