@@ -20,9 +20,11 @@ from jobs import localcluster, progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, TEST_OUTPUT
 
-# Apart from any console running on this machine, so cleaning up after the tests touches only theirs.
-TEST_NODE_WORK_ROOT = "/var/lib/training-console/test-jobs"
-CLUSTER_OPTIONS = {"subnet": "10.79.0.0/24", "bridge": "tcitbr0", "prefix": "tcit"}
+# TEST_RUN_ID (0-99) keeps test runs that share this machine apart: their own bridge, subnet and
+# node work directories, apart from any console running here, so each cleans up only its own.
+RUN_ID = int(os.environ.get("TEST_RUN_ID", "0"))
+TEST_NODE_WORK_ROOT = f"/var/lib/training-console/test-jobs-{RUN_ID}"
+CLUSTER_OPTIONS = {"subnet": f"10.79.{RUN_ID}.0/24", "bridge": f"tcit{RUN_ID}br", "prefix": f"tcit{RUN_ID}n"}
 
 
 def pytest_collection_modifyitems(items):
@@ -68,7 +70,7 @@ def _worker_database_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
-    log_path = TEST_OUTPUT / "celery-worker.log"
+    log_path = TEST_OUTPUT / f"celery-worker-{RUN_ID}.log"
     settings.NODE_WORK_ROOT = TEST_NODE_WORK_ROOT
     env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
            "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT}
