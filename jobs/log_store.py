@@ -73,3 +73,17 @@ def render_line(line: LogLine) -> str:
     if line.rank is not None:
         return f"[rank {line.rank}] {line.text}"
     return line.text
+
+
+def line_matches(line: LogLine, query: dict) -> bool:
+    if query.get("worker") is not None and line.worker_index != query["worker"]:
+        return False
+    if query.get("rank") is not None and line.rank != query["rank"]:
+        return False
+    if query.get("stream") and line.stream != query["stream"]:
+        return False
+    if not query.get("system", True) and line.stream == LogStream.SYSTEM:
+        return False
+    if query.get("q") and query["q"].lower() not in line.text.lower():
+        return False
+    return True

@@ -9,5 +9,6 @@ urlpatterns = [
     path("training-jobs", views.TrainingJobList.as_view(), name="api-jobs"),
     path("training-jobs/<int:pk>", views.TrainingJobDetail.as_view(), name="api-job"),
     path("training-jobs/<int:pk>/log", views.TrainingJobLog.as_view(), name="api-job-log"),
+    path("training-jobs/<int:pk>/log/lines", views.TrainingJobLogLines.as_view(), name="api-job-log-lines"),
     path("training-jobs/<int:pk>/stop", views.TrainingJobStop.as_view(), name="api-job-stop"),
 ]

@@ -13,8 +13,8 @@ from rest_framework.views import APIView
 
 from ..access import visible_jobs
 from ..code_dirs import ArchiveRejected, create_from_archive
-from ..forms import TrainingJobForm
-from ..log_store import lines_after, render_line
+from ..forms import LogQueryForm, TrainingJobForm
+from ..log_store import line_matches, lines_after, render_line
 from ..models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
 from ..submission import request_stop, submit_job
 from .serializers import (
@@ -26,6 +26,7 @@ from .serializers import (
 )
 
 LOG_PAGE_LINES = 5000
+LOG_JSON_PAGE_LINES = 2000
 
 
 def form_errors(form) -> dict[str, list[str]]:
@@ -109,6 +110,35 @@ class TrainingJobLog(APIView):
         response["X-Next-Offset"] = str(lines[-1].seq if lines else offset)
         response["X-Job-Status"] = job.status
         return response
+
+
+class TrainingJobLogLines(APIView):
+    """JSON lines after a cursor, optionally filtered: what the job page's log pane polls.
+
+    `after` is a sequence number; `next` in the answer is where to continue. Filtering never moves
+    the cursor backwards, so a follower sees each stored line at most once and misses none.
+    """
+
+    def get(self, request, pk):
+        job = get_object_or_404(visible_jobs(request.user), pk=pk)
+        form = LogQueryForm(request.query_params)
+        if not form.is_valid():
+            return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
+        query = form.cleaned_data
+        scanned = list(lines_after(job.pk, query["after"] or 0, query["limit"] or LOG_JSON_PAGE_LINES))
+        lines = [line for line in scanned if line_matches(line, query)]
+        return Response(
+            {
+                "lines": [
+                    {"seq": line.seq, "worker": line.worker_index, "rank": line.rank, "stream": line.stream,
+                     "text": line.text, "at": line.at}
+                    for line in lines
+                ],
+                "next": scanned[-1].seq if scanned else (query["after"] or 0),
+                "status": job.status,
+                "total": job.log_line_count,
+            }
+        )
 
 
 class TrainingJobStop(APIView):
