@@ -142,6 +142,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+SERVE_STATIC = env_bool("SERVE_STATIC", True)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "job-list"

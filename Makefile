@@ -1,0 +1,45 @@
+# `make run` starts the console; `make test` runs every test. Both install what is missing first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# What the console and its local cluster need from Debian: Redis, Open MPI, OpenSSH, namespaces and
+# bridges (iproute2, util-linux), the nodes' Python with mpi4py and numpy, gettext for the
+# translations, Chromium for the browser tests, PostgreSQL client headers are not needed (psycopg[binary]).
+APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
+	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium
+
+.PHONY: run test unit-test system-packages venv messages check clean
+
+system-packages:
+	@missing=$$(for package in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q 'ok installed' || echo $$package; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || /usr/bin/python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	@touch $@
+
+venv: system-packages $(VENV)/.installed
+
+messages: venv
+	@$(PY) manage.py compilemessages --ignore=$(VENV) -v 0
+
+run: venv messages
+	$(PY) manage.py runconsole
+
+check: venv
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+test: venv messages check
+	$(PY) -m pytest
+
+unit-test: venv
+	$(PY) -m pytest tests/unit
+
+clean:
+	rm -rf var test-output .pytest_cache

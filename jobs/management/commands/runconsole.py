@@ -1,0 +1,77 @@
+"""`runconsole`: the whole console on its embedded defaults, in the foreground; Ctrl-C stops what it started."""
+
+import signal
+import subprocess
+import sys
+import time
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from console import services
+from jobs import localcluster
+
+
+class Command(BaseCommand):
+    help = "Migrate, seed, bring up the local cluster, Redis (if none answers), a Celery worker and the web server."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="0.0.0.0")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--nodes", type=int, default=2)
+        parser.add_argument("--slots", type=int, default=2)
+        parser.add_argument("--no-cluster", action="store_true", help="use the nodes already registered")
+
+    def handle(self, *args, host, port, nodes, slots, no_cluster, **options):
+        started: list[subprocess.Popen] = []
+        cluster_up = False
+        logs = settings.VAR_DIR / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        stopping = False
+
+        def request_stop(*_):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, request_stop)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("seedconsole", stdout=self.stdout)
+            if not no_cluster:
+                call_command("localcluster", "up", nodes=nodes, slots=slots, stdout=self.stdout)
+                cluster_up = True
+            redis = urlparse(settings.REDIS_URL)
+            redis_host, redis_port = redis.hostname or "127.0.0.1", redis.port or 6379
+            if services.port_answers(redis_host, redis_port):
+                self.stdout.write(f"using the Redis at {redis_host}:{redis_port}")
+            else:
+                self.stdout.write(f"starting Redis on {redis_host}:{redis_port}")
+                started.append(services.start_redis(redis_port, logs / "redis.log"))
+            started.append(services.start_celery_worker({}, logs / "celery-worker.log", beat=True))
+            started.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
+                     "--log-level", "info"],
+                    cwd=settings.BASE_DIR,
+                )
+            )
+            services.wait_for_port("127.0.0.1", port, 30, started[-1])
+            shown = "localhost" if host in ("0.0.0.0", "::") else host
+            self.stdout.write(self.style.SUCCESS(f"The console is up at http://{shown}:{port}/  (Ctrl-C stops it)"))
+            self.stdout.write(f"logs: {logs}")
+            while not stopping:
+                for process in started:
+                    if process.poll() is not None:
+                        self.stderr.write(f"{process.args[:4]} exited with {process.returncode}; stopping")
+                        return
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stdout.write("stopping the console")
+            for process in reversed(started):
+                services.stop(process)
+            if cluster_up:
+                call_command("localcluster", "down", stdout=self.stdout)
