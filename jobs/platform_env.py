@@ -58,5 +58,7 @@ def worker_environment(
         # mpirun tags each output line with its rank ("[1,3]<stdout>:") so the log can say who wrote it;
         # set through the environment so the command keeps the reference's exact shape.
         "OMPI_MCA_orte_tag_output": "1",
+        # A log page is only live if ranks do not sit on a pipe's block buffer.
+        "PYTHONUNBUFFERED": "1",
     }
     return {**dict(engine_env), **platform, **dict(user_env)}
