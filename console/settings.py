@@ -169,6 +169,7 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
+    "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs", "schedule": 30.0},
 }
 
 # How the console reaches nodes and lays out a job on them.

@@ -5,12 +5,13 @@ The Celery task only calls run_allocated_job; each stage lives in its own module
 
 import asyncio
 import logging
-from pathlib import Path
+from datetime import timedelta
 
 import asyncssh
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from .allocation import release_nodes
 from .command_builder import LaunchInputs, build_launch_command
@@ -137,6 +138,15 @@ def _set_state(job_id: int, method: str, *args) -> bool:
     return True
 
 
+HEARTBEAT_SECONDS = 5
+# A run silent for this long is gone (its worker died or restarted): the reaper takes the job over.
+HEARTBEAT_STALE_SECONDS = 60
+
+
+def _touch_heartbeat(job_id: int) -> None:
+    TrainingJob.objects.filter(pk=job_id).update(heartbeat_at=timezone.now())
+
+
 def _status(job_id: int) -> str:
     return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
 
@@ -174,8 +184,14 @@ class JobRun:
         await sync_to_async(_set_worker)(self.job_id, index, state, message)
         await self.say(message, index)
 
+    async def beat(self) -> None:
+        while True:
+            await sync_to_async(_touch_heartbeat)(self.job_id)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
     async def execute(self) -> None:
         outcome, exit_code, message = "abnormal", None, "the run ended unexpectedly"
+        heartbeat = asyncio.create_task(self.beat())
         try:
             await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
             await prepare_all(self.plan, self.report_worker)
@@ -199,6 +215,7 @@ class JobRun:
         finally:
             problems = await self.tear_down()
             await sync_to_async(_settle)(self.job_id, outcome, exit_code, message, problems)
+            heartbeat.cancel()
 
     async def tear_down(self) -> list[tuple[int, str]]:
         results = await teardown_all(self.plan.workers)
@@ -236,3 +253,23 @@ def stop_running_job(job_id: int) -> None:
     service_line(job_id, "Stopping: ending the containers on every node")
     workers = list(job.workers.select_related("node").order_by("index"))
     asyncio.run(teardown_all(worker_plans(job, workers)))
+
+
+def reap_orphaned_jobs() -> list[int]:
+    """Jobs whose run stopped beating (a worker killed mid-job): end their containers, free their nodes.
+
+    Without this a lost worker would leave a job Running and its nodes allocated forever.
+    """
+    stale = timezone.now() - timedelta(seconds=HEARTBEAT_STALE_SECONDS)
+    orphans = TrainingJob.objects.filter(
+        status__in=[JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING], heartbeat_at__lt=stale
+    )
+    reaped = []
+    for job in orphans.select_related("spec", "engine_version", "code_dir"):
+        service_line(job.pk, "The run of this job was lost (its worker stopped); ending its containers")
+        workers = list(job.workers.select_related("node").order_by("index"))
+        results = asyncio.run(teardown_all(worker_plans(job, workers))) if job.sealed_ssh_key else []
+        problems = [(result.index, result.error or f"{result.processes_left} process(es) left") for result in results if not result.clean]
+        _settle(job.pk, "abnormal", None, "the console lost the run of this job (its worker stopped)", problems)
+        reaped.append(job.pk)
+    return reaped

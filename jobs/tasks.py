@@ -30,3 +30,11 @@ def run_job(job_id: int) -> None:
 @shared_task(ignore_result=True)
 def stop_job(job_id: int) -> None:
     pipeline.stop_running_job(job_id)
+
+
+@shared_task(ignore_result=True)
+def reap_orphaned_jobs() -> list[int]:
+    reaped = pipeline.reap_orphaned_jobs()
+    if reaped:
+        dispatch_pending_jobs.delay()
+    return reaped
