@@ -166,10 +166,19 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
+# Keep Django's logging (with each record's task id) in the worker instead of Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
     "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs", "schedule": 30.0},
+    # Reach every enabled node, record what it has, and take unreachable ones out of scheduling.
+    "check-node-health": {
+        "task": "jobs.tasks.check_nodes",
+        "schedule": float(env_int("NODE_HEALTH_INTERVAL_SECONDS", 60, minimum=5)),
+        # A check still queued when the next one is due is dropped rather than run late.
+        "options": {"expires": float(env_int("NODE_HEALTH_INTERVAL_SECONDS", 60, minimum=5))},
+    },
 }
 
 # How the console reaches nodes and lays out a job on them.
@@ -194,7 +203,9 @@ LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"task_id": {"()": "console.log_context.TaskIdFilter"}},
+    "formatters": {"with_task": {"format": "%(asctime)s %(levelname)s [task %(task_id)s] %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["task_id"], "formatter": "with_task"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 

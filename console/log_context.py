@@ -1,0 +1,13 @@
+"""Puts the running Celery task's id on every log record, so a job's lines can be found across processes."""
+
+import logging
+
+from celery import current_task
+
+
+class TaskIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        task = current_task._get_current_object() if current_task else None
+        request = getattr(task, "request", None)
+        record.task_id = getattr(request, "id", None) or "-"
+        return True
