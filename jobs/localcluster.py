@@ -307,8 +307,12 @@ def down(state_dir: Path, *, bridge: str | None = None, prefix: str | None = Non
     for ns in sorted(namespaces):
         if ns in _netns_list():
             _run("ip", "netns", "del", ns)
+        # Deleting the namespace takes its veth peer down with it, asynchronously: the host end may
+        # vanish between the check and the delete, which is the outcome wanted anyway.
         if _link_exists(ns + "h"):
-            _run("ip", "link", "del", ns + "h")
+            deleted = _run("ip", "link", "del", ns + "h", check=False)
+            if deleted.returncode != 0 and _link_exists(ns + "h"):
+                raise RuntimeError(f"ip link del {ns}h failed: {deleted.stderr.strip()}")
     if bridge and _link_exists(bridge):
         _run("ip", "link", "del", bridge)
     if state_dir.is_dir():
