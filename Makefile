@@ -35,8 +35,19 @@ check: venv
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 
+# With POSTGRES_TEST_URL set (CI sets it), the tests that depend on the database's locking and
+# transactions run a second time on PostgreSQL; the 50-job concurrent allocation test runs only there.
+PG_TESTS := tests/unit tests/integration/test_pipeline.py tests/integration/test_concurrent_allocation.py \
+	tests/integration/test_log_streaming.py
+
 test: venv messages check
 	$(PY) -m pytest
+	@if [ -n "$$POSTGRES_TEST_URL" ]; then \
+		echo "=== the same on PostgreSQL: $(PG_TESTS)"; \
+		DATABASE_URL="$$POSTGRES_TEST_URL" TEST_RUN_ID=2 $(PY) -m pytest $(PG_TESTS); \
+	else \
+		echo "POSTGRES_TEST_URL is not set: the PostgreSQL pass (and its concurrent allocation test) was skipped"; \
+	fi
 
 unit-test: venv
 	$(PY) -m pytest tests/unit

@@ -161,8 +161,11 @@ REST_FRAMEWORK = {
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# Tasks are acknowledged when taken, not when done. A job's run lasts as long as the job, longer than
+# Redis' visibility timeout, and late acks would hand it to a second worker; they also make the worker
+# crash when Redis restarts under it (kombu restores unacked messages on a dead connection). A run lost
+# with its worker is not lost for the job: the reaper ends it (its heartbeat stops) and frees its nodes.
+CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False

@@ -1,39 +1,68 @@
-"""Allocation: give a queued job distinct free nodes of its spec, atomically, first come first served."""
+"""Allocation: give a queued job distinct free nodes of its spec, atomically, first come first served.
+
+The queue is first-in first-out per (spec, pool): jobs that want the same nodes are served in
+submission order, and a job that cannot be placed holds back the later ones rather than being
+starved by a stream of smaller jobs. Jobs that want other nodes are not held back by it. (Jobs
+that name no pool and jobs of a public pool draw on the same public nodes from two queues.)
+"""
+
+import enum
+from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Q
 
-from .models import IllegalTransition, JobStatus, Node, TrainingJob, Worker
+from .models import IllegalTransition, JobStatus, Node, ResourcePool, TrainingJob, Worker
 from .platform_env import worker_hostname
 
 
-def free_nodes(job: TrainingJob):
-    nodes = Node.objects.filter(
-        spec=job.spec, enabled=True, state=Node.State.READY, allocated_to__isnull=True
-    ).order_by("name")
+def nodes_for(job: TrainingJob):
+    """Every node the job could ever run on: its spec, in its pool.
+
+    A job that names no pool runs on public capacity only (nodes of no pool or of a public
+    pool); a dedicated pool's nodes serve the jobs submitted to it.
+    """
+    nodes = Node.objects.filter(spec_id=job.spec_id)
     if job.pool_id:
-        nodes = nodes.filter(pool_id=job.pool_id)
-    return nodes
+        return nodes.filter(pool_id=job.pool_id)
+    return nodes.filter(Q(pool__isnull=True) | Q(pool__kind=ResourcePool.Kind.PUBLIC))
 
 
-def try_allocate(job: TrainingJob) -> bool:
+def free_nodes(job: TrainingJob):
+    return nodes_for(job).filter(
+        enabled=True, draining=False, state=Node.State.READY, allocated_to__isnull=True
+    ).order_by("name")
+
+
+class Outcome(enum.Enum):
+    ALLOCATED = "allocated"
+    TOO_FEW_NODES = "too few free nodes"
+    NOT_PENDING = "no longer pending"
+
+
+def allocate(job: TrainingJob) -> Outcome:
     """Take `node_count` free nodes for the job and move it to Creating, or change nothing.
 
-    Taking a node is a conditional update (only if still free), so two allocators racing for the
-    same node cannot both win, on SQLite or PostgreSQL alike.
+    The candidates are locked in name order (PostgreSQL: FOR UPDATE; SQLite has one writer at a
+    time already): concurrent allocators queue on a contested node instead of both taking it, and
+    the one order rules out deadlocks between them. A waiter then sees the node taken and moves on.
+    Taking a node is still a conditional update, so two allocators can never both win one node.
     """
     with transaction.atomic():
-        candidates = list(free_nodes(job).values_list("pk", flat=True)[: job.node_count])
+        candidates = list(
+            free_nodes(job).select_for_update(of=("self",)).values_list("pk", flat=True)[: job.node_count]
+        )
         if len(candidates) < job.node_count:
-            return False
+            return Outcome.TOO_FEW_NODES
         taken = Node.objects.filter(pk__in=candidates, allocated_to__isnull=True).update(allocated_to=job)
         if taken != job.node_count:
             transaction.set_rollback(True)
-            return False
+            return Outcome.TOO_FEW_NODES
         try:
             job.begin_creating()
         except IllegalTransition:
             transaction.set_rollback(True)
-            return False
+            return Outcome.NOT_PENDING
         nodes = Node.objects.filter(pk__in=candidates).order_by("name")
         Worker.objects.bulk_create(
             Worker(
@@ -46,7 +75,11 @@ def try_allocate(job: TrainingJob) -> bool:
             )
             for index, node in enumerate(nodes)
         )
-    return True
+    return Outcome.ALLOCATED
+
+
+def try_allocate(job: TrainingJob) -> bool:
+    return allocate(job) is Outcome.ALLOCATED
 
 
 def release_nodes(job_id: int) -> int:
@@ -54,32 +87,76 @@ def release_nodes(job_id: int) -> int:
 
 
 def dispatch_pending() -> list[int]:
-    """Allocate queued jobs in submission order; returns the ids that got their nodes.
-
-    First-in first-out per spec and pool: a job that cannot be placed holds back the later jobs
-    of its spec, so a large job is not starved by a stream of small ones.
-    """
+    """Allocate queued jobs in submission order; returns the ids that got their nodes."""
     started = []
     blocked: set[tuple[int, int | None]] = set()
     for job in TrainingJob.objects.filter(status=JobStatus.PENDING).order_by("created_at", "id"):
         key = (job.spec_id, job.pool_id)
         if key in blocked:
             continue
-        if try_allocate(job):
+        outcome = allocate(job)
+        if outcome is Outcome.ALLOCATED:
             started.append(job.pk)
-        else:
+        elif outcome is Outcome.TOO_FEW_NODES:
             blocked.add(key)
+        # NOT_PENDING: another dispatcher placed it (or it was stopped); the next job may go.
     return started
 
 
+def jobs_ahead(job: TrainingJob):
+    """The queued jobs that will be served before this one (same spec and pool, submitted earlier)."""
+    earlier = Q(created_at__lt=job.created_at) | Q(created_at=job.created_at, pk__lt=job.pk)
+    return TrainingJob.objects.filter(earlier, status=JobStatus.PENDING, spec_id=job.spec_id, pool_id=job.pool_id)
+
+
+def queue_position(job: TrainingJob) -> int | None:
+    """1 for the job served next; None when the job is not queued."""
+    if job.status != JobStatus.PENDING:
+        return None
+    return jobs_ahead(job).count() + 1
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    free: int
+    busy: int
+    not_ready: int
+    draining: int
+
+    @property
+    def total(self) -> int:
+        return self.free + self.busy + self.not_ready + self.draining
+
+
+def node_counts(job: TrainingJob) -> NodeCounts:
+    counts = {state: 0 for state in Node.DisplayState.values}
+    for node in nodes_for(job).only("enabled", "state", "draining", "allocated_to"):
+        counts[node.display_state] += 1
+    return NodeCounts(
+        free=counts[Node.DisplayState.READY],
+        busy=counts[Node.DisplayState.BUSY],
+        not_ready=counts[Node.DisplayState.NOT_READY],
+        draining=counts[Node.DisplayState.DRAINING],
+    )
+
+
 def waiting_reason(job: TrainingJob) -> str:
+    """Why a queued job waits.
+
+    E.g. "needs 2 × CPU: 2 cores | Memory: 4 GB, 1 free (1 busy); position 1 in the queue".
+    """
     if job.status != JobStatus.PENDING:
         return ""
-    free = free_nodes(job).count()
-    ahead = TrainingJob.objects.filter(
-        status=JobStatus.PENDING, spec=job.spec, pool=job.pool, created_at__lt=job.created_at
-    ).count()
-    reason = f"needs {job.node_count} × {job.spec.display}, {free} free"
+    counts = node_counts(job)
+    others = [f"{count} {label}" for count, label in
+              ((counts.busy, "busy"), (counts.not_ready, "not ready"), (counts.draining, "draining")) if count]
+    reason = f"needs {job.node_count} × {job.spec.display}, {counts.free} free"
+    if others:
+        reason += f" ({', '.join(others)})"
+    if counts.total < job.node_count:
+        reason += f"; the pool has only {counts.total} node(s) of this spec"
+    ahead = jobs_ahead(job).count()
+    reason += f"; position {ahead + 1} in the queue"
     if ahead:
-        reason += f"; {ahead} job(s) ahead in the queue"
+        reason += f", {ahead} job(s) ahead"
     return reason

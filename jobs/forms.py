@@ -1,20 +1,59 @@
 """The job form: the one place a submission is validated, for the web page and the JSON API alike."""
 
 import re
+import secrets
+from itertools import zip_longest
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .code_dirs import python_files
 from .command_builder import CommandError, boot_file_path, validate_extra_args
+from .metrics import MetricDefinitionError, validate_metric_definitions
 from .models import CodeDirectory, EngineVersion, ResourcePool, ResourceSpec
 
+# The command builder's words for a wrong boot file, in the page's language.
+BUILDER_MESSAGES = {
+    "must be a path inside the code directory, such as train.py": _("Give a path inside the code directory, such as train.py."),
+    "must be a Python file (.py)": _("The boot file must be a Python file (.py)."),
+}
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PARAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_ENV_VARS = 100
 AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), ("6", "6 h"), ("custom", _("Custom"))]
+AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
+# The page sends these as they are; hyperparameters and variables come as rows (see page_data).
+PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
+                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds")
+
+
+def generated_job_name() -> str:
+    """A fresh name like the reference platform offers: readable, and unlikely to repeat."""
+    return f"job-{timezone.localtime():%m%d}-{secrets.token_hex(2)}"
+
+
+def _rows(post, prefix: str) -> list[dict[str, str]]:
+    names, values = post.getlist(f"{prefix}_name"), post.getlist(f"{prefix}_value")
+    rows = ({"name": name.strip(), "value": value} for name, value in zip_longest(names, values, fillvalue=""))
+    return [row for row in rows if row["name"] or row["value"]]
+
+
+def page_data(post) -> dict:
+    """The creation page's POST in the shape the API posts: rows of name/value become lists.
+
+    Rows left entirely blank are dropped, so an added-but-unused row is not an error.
+    """
+    data = {key: post.get(key) for key in PAGE_SCALAR_FIELDS if key in post}
+    data["parameters"] = _rows(post, "param")
+    data["env"] = _rows(post, "env")
+    # No metric rows means the defaults; rows given replace them.
+    metric_rows = _rows(post, "metric")
+    if metric_rows:
+        data["metrics"] = [{"name": row["name"], "regex": row["value"]} for row in metric_rows]
+    return data
 
 
 class NameOrIdChoiceField(forms.ModelChoiceField):
@@ -54,6 +93,65 @@ class TrainingJobForm(forms.Form):
     node_count = forms.IntegerField(min_value=1, initial=1)
     extra_args = forms.CharField(max_length=1024, required=False, strip=False)
     auto_stop_hours = forms.IntegerField(min_value=1, max_value=72, required=False)
+    # The page's way of saying auto_stop_hours: a preset or "custom" plus a number of hours.
+    auto_stop = forms.ChoiceField(choices=AUTO_STOP_CHOICES, required=False)
+    auto_stop_custom = forms.IntegerField(min_value=1, max_value=72, required=False)
+    # Metric definitions, a list of {name, regex}; none given means the defaults (loss, accuracy).
+    metrics = forms.JSONField(required=False)
+    # Seconds a rank may print nothing before the job is suspected hung; empty takes the administrator's default, 0 turns it off.
+    watchdog_seconds = forms.IntegerField(min_value=0, max_value=7 * 24 * 3600, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("name", generated_job_name())
+            self.initial.setdefault("node_count", 1)
+            self.initial.setdefault("engine", EngineVersion.objects.values_list("pk", flat=True).first())
+            self.initial.setdefault("spec", ResourceSpec.objects.values_list("pk", flat=True).first())
+
+    @classmethod
+    def initial_from_job(cls, job) -> dict:
+        """What Rebuild fills the page with: the old job's choices, data_url/train_url back in their fields."""
+        fields_given = {item["name"]: item["value"] for item in job.parameters if item["name"] in ("data_url", "train_url")}
+        hours = job.auto_stop_hours
+        return {
+            "name": job.name,
+            "description": job.description,
+            "engine": job.engine_version_id,
+            "code_dir": job.code_dir_id,
+            "boot_file": job.boot_file,
+            "data_url": fields_given.get("data_url", ""),
+            "train_url": fields_given.get("train_url", ""),
+            "parameters": [item for item in job.parameters if item["name"] not in fields_given],
+            "env": [{"name": name, "value": value} for name, value in job.env.items()],
+            "spec": job.spec_id,
+            "pool": job.pool_id,
+            "node_count": job.node_count,
+            "extra_args": job.extra_args,
+            "auto_stop": "" if hours is None else (str(hours) if hours in AUTO_STOP_PRESETS else "custom"),
+            "auto_stop_custom": hours if hours is not None and hours not in AUTO_STOP_PRESETS else None,
+            "metrics": job.metric_definitions,
+            "watchdog_seconds": job.watchdog_seconds,
+        }
+
+    @property
+    def parameter_rows(self) -> list[dict]:
+        return self._rows_of("parameters")
+
+    @property
+    def env_rows(self) -> list[dict]:
+        return self._rows_of("env")
+
+    @property
+    def metric_rows(self) -> list[dict]:
+        return [{"name": row.get("name", ""), "value": row.get("regex", "")} for row in self._rows_of("metrics")]
+
+    def _rows_of(self, key: str) -> list[dict]:
+        """The rows to show again: what was posted, or what the form started with."""
+        value = (self.data if self.is_bound else self.initial).get(key) or []
+        if isinstance(value, dict):
+            value = [{"name": name, "value": item} for name, item in value.items()]
+        return [row for row in value if isinstance(row, dict)]
 
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
@@ -82,6 +180,8 @@ class TrainingJobForm(forms.Form):
 
     def clean_env(self):
         value = self.cleaned_data.get("env") or {}
+        if isinstance(value, list):
+            value = self._env_pairs_from_rows(value)
         if not isinstance(value, dict):
             raise ValidationError(_("Give an object of NAME: value pairs."))
         if len(value) > MAX_ENV_VARS:
@@ -100,6 +200,25 @@ class TrainingJobForm(forms.Form):
             cleaned[name] = text
         return cleaned
 
+    @staticmethod
+    def _env_pairs_from_rows(rows: list) -> dict:
+        """Rows of {name, value} (the page's shape) as NAME: value pairs, refusing a name given twice."""
+        pairs = {}
+        for position, row in enumerate(rows, start=1):
+            if not isinstance(row, dict) or "name" not in row or set(row) - {"name", "value"}:
+                raise ValidationError(_("Item %(n)s must be an object with a name and a value."), params={"n": position})
+            name = str(row["name"])
+            if name in pairs:
+                raise ValidationError(_("Variable %(name)s is given twice."), params={"name": name})
+            pairs[name] = row.get("value", "")
+        return pairs
+
+    def clean_metrics(self):
+        try:
+            return validate_metric_definitions(self.cleaned_data.get("metrics"))
+        except MetricDefinitionError as error:
+            raise ValidationError(str(error)) from None
+
     def clean_extra_args(self):
         text = self.cleaned_data.get("extra_args", "")
         try:
@@ -115,7 +234,7 @@ class TrainingJobForm(forms.Form):
             try:
                 boot_file_path(code_dir.name, boot_file)
             except CommandError as error:
-                self.add_error("boot_file", error.message)
+                self.add_error("boot_file", BUILDER_MESSAGES.get(error.message, error.message))
             else:
                 normalised = "/".join(part for part in boot_file.strip().split("/") if part not in ("", "."))
                 if normalised not in python_files(code_dir):
@@ -129,7 +248,22 @@ class TrainingJobForm(forms.Form):
         for key in ("data_url", "train_url"):
             if cleaned.get(key) and key in named:
                 self.add_error("parameters", _("%(name)s is given both as a field and as a parameter.") % {"name": key})
+        if "auto_stop" in self.data:
+            self._resolve_auto_stop(cleaned)
         return cleaned
+
+    def _resolve_auto_stop(self, cleaned: dict) -> None:
+        """The page's choice becomes auto_stop_hours, the one value a job keeps."""
+        choice = cleaned.get("auto_stop")
+        if choice == "custom":
+            hours = cleaned.get("auto_stop_custom")
+            if hours is None and "auto_stop_custom" not in self.errors:
+                self.add_error("auto_stop_custom", _("Give a number of hours from 1 to 72."))
+            cleaned["auto_stop_hours"] = hours
+        elif choice:
+            cleaned["auto_stop_hours"] = int(choice)
+        elif choice == "":
+            cleaned["auto_stop_hours"] = None
 
     def job_parameters(self) -> list[dict[str, str]]:
         """The program's arguments, in the platform's order: data_url, train_url, then hyperparameters."""

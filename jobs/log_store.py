@@ -1,16 +1,39 @@
-"""A job's log: lines appended in batches with a gapless sequence, read back by cursor."""
+"""A job's log: lines appended in batches with a gapless sequence, read back by cursor with the filters in SQL.
 
+Sequence numbers run 1, 2, 3, ... per job with no gaps (a line kept out by the log cap gets none), so a
+range of numbers is also a bound on the rows a read looks at: a filtered read scans at most a window of
+the log and says where it stopped, and a reader that resumes from there neither misses nor repeats a line.
+"""
+
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from .models import LogLine, LogStream, TrainingJob
+from .models import LauncherDefaults, LogLine, LogStream, TrainingJob
 from .progress import JobProgressPublisher
 
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
+# How many sequence numbers one filtered read may look at; a sparse filter answers in steps of this.
+SCAN_WINDOW = 20000
+DOWNLOAD_CHUNK_LINES = 5000
+ERROR_CANDIDATE_CHUNK = 500
+
+# What "jump to first error" looks for. The SQL below only narrows the candidates (LIKE is case-blind
+# on SQLite); this expression decides.
+ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)|\b\w*Error\b|\bERROR\b|\b\w*Exception\b|NCCL WARN"
+    r"|non-zero (?:exit code|status)|exited on signal|return code: (?!0\b)"
+)
+ERROR_CANDIDATES = (
+    Q(text__icontains="error") | Q(text__icontains="traceback") | Q(text__icontains="exception")
+    | Q(text__contains="NCCL WARN") | Q(text__icontains="non-zero") | Q(text__icontains="exited on signal")
+    | Q(text__icontains="return code: ")
+)
 
 
 @dataclass
@@ -22,68 +45,213 @@ class LogRecord:
     at: datetime = field(default_factory=timezone.now)
 
 
-def _clip(text: str) -> str:
+@dataclass(frozen=True)
+class StoreResult:
+    last_seq: int
+    # The job's log cap has been reached: its program's further output is not stored.
+    capped: bool
+
+
+def _clip(text: str) -> tuple[str, int]:
+    """The text as stored, and its size in bytes."""
     limit = settings.LOG_LINE_MAX_BYTES
     encoded = text.encode("utf-8", "replace")
     if len(encoded) <= limit:
-        return text
-    return encoded[:limit].decode("utf-8", "ignore") + " …[line cut]"
+        return text, len(encoded)
+    clipped = encoded[:limit].decode("utf-8", "ignore") + " …[line cut]"
+    return clipped, len(clipped.encode("utf-8"))
+
+
+def _format_bytes(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:g} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return str(count)
+
+
+def cap_note(cap: int) -> str:
+    return (f"Log cap reached: {_format_bytes(cap)} of output stored. The program's further output is not stored; "
+            "the job keeps running.")
+
+
+def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0) -> StoreResult:
+    """Store records after the job's last line, under its log cap.
+
+    The job row is locked while numbering, so writers in several processes (the launcher, a stop
+    request) interleave whole batches and never reuse a number. The platform's own lines are always
+    stored; the program's output stops at the cap, where one system line says so. `dropped_before`
+    counts output lines a writer already kept out on its own after learning the cap was reached.
+    """
+    with transaction.atomic():
+        job = (TrainingJob.objects.select_for_update().filter(pk=job_id)
+               .values("log_line_count", "log_bytes", "log_cap_bytes", "log_lines_dropped").get())
+        cap = job["log_cap_bytes"]
+        if cap is None:
+            cap = LauncherDefaults.current().log_cap_bytes
+        used, dropped = job["log_bytes"], job["log_lines_dropped"] + dropped_before
+        rows = []  # (worker_index, rank, stream, text, at)
+        for record in records:
+            text, size = _clip(record.text)
+            if record.stream != LogStream.SYSTEM:
+                if dropped or (cap and used + size + 1 > cap):
+                    if not dropped:
+                        rows.append((None, None, LogStream.SYSTEM, cap_note(cap), record.at))
+                    dropped += 1
+                    continue
+                used += size + 1
+            rows.append((record.worker_index, record.rank, record.stream, text, record.at))
+        start = job["log_line_count"]
+        _insert_lines(job_id, start, rows)
+        last = start + len(rows)
+        TrainingJob.objects.filter(pk=job_id).update(
+            log_line_count=last, log_bytes=used, log_lines_dropped=dropped, log_cap_bytes=cap
+        )
+    if rows:
+        transaction.on_commit(lambda: JobProgressPublisher(job_id).log_appended(last))
+    return StoreResult(last_seq=last, capped=dropped > 0)
+
+
+_INSERT_COLUMNS = ("job", "seq", "worker_index", "rank", "stream", "text", "at")
+
+
+def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
+    """One parameterised INSERT run for all rows.
+
+    bulk_create spends most of its time preparing each value through the field machinery (about ten
+    times the database's own work for short lines); log lines are plain values, so they go straight in.
+    """
+    if not rows:
+        return
+    meta, quote = LogLine._meta, connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in _INSERT_COLUMNS)
+    sql = (f"INSERT INTO {quote(meta.db_table)} ({columns}) "
+           f"VALUES ({', '.join(['%s'] * len(_INSERT_COLUMNS))})")
+    adapt_time = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [
+            (job_id, start + offset, worker_index, rank, stream, text, adapt_time(at))
+            for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1)
+        ])
 
 
 def append_log_lines(job_id: int, records: list[LogRecord]) -> int:
-    """Store records after the job's last line; returns the new last sequence number.
-
-    The job row is locked while numbering, so writers in several processes (the launcher, a stop
-    request) interleave whole batches and never reuse a number.
-    """
+    """Store records; returns the new last sequence number."""
     if not records:
         return TrainingJob.objects.filter(pk=job_id).values_list("log_line_count", flat=True).get()
-    with transaction.atomic():
-        start = TrainingJob.objects.select_for_update().filter(pk=job_id).values_list("log_line_count", flat=True).get()
-        LogLine.objects.bulk_create(
-            LogLine(
-                job_id=job_id,
-                seq=start + offset,
-                worker_index=record.worker_index,
-                rank=record.rank,
-                stream=record.stream,
-                text=_clip(record.text),
-                at=record.at,
-            )
-            for offset, record in enumerate(records, start=1)
-        )
-        last = start + len(records)
-        TrainingJob.objects.filter(pk=job_id).update(log_line_count=last)
-    transaction.on_commit(lambda: JobProgressPublisher(job_id).log_appended(last))
-    return last
+    return store_lines(job_id, records).last_seq
 
 
 def service_line(job_id: int, text: str, worker_index: int | None = None) -> int:
     return append_log_lines(job_id, [LogRecord(text=text, stream=LogStream.SYSTEM, worker_index=worker_index)])
 
 
+# Reading.
+
+def line_filter(query: dict) -> Q:
+    """The log pane's filters as SQL. `query` is a LogQueryForm's cleaned data (missing keys filter nothing).
+
+    A worker's lines are what the reference platform's per-worker file holds: that worker's own lines
+    (its ranks' output, its platform steps; mpirun's own words are worker-0's) and the job-wide platform lines.
+    """
+    condition = Q()
+    if query.get("worker") is not None:
+        condition &= Q(worker_index=query["worker"]) | Q(worker_index__isnull=True, stream=LogStream.SYSTEM)
+    if query.get("rank") is not None:
+        condition &= Q(rank=query["rank"])
+    if query.get("stream"):
+        condition &= Q(stream=query["stream"])
+    if not query.get("system", True):
+        condition &= ~Q(stream=LogStream.SYSTEM)
+    if query.get("q"):
+        condition &= Q(text__icontains=query["q"])
+    return condition
+
+
+@dataclass
+class LogPage:
+    lines: list[LogLine]
+    # Reading on: pass `next` as `after`. `more` says stored lines lie beyond it already.
+    next: int | None
+    more: bool = False
+    # Reading back: pass `previous` as `before`; None once the start of the log is reached.
+    previous: int | None = None
+
+
+def stored_line_count(job_id: int) -> int:
+    return TrainingJob.objects.filter(pk=job_id).values_list("log_line_count", flat=True).get()
+
+
+def read_after(job_id: int, after: int, query: dict, limit: int, *, total: int | None = None,
+               window: int = SCAN_WINDOW) -> LogPage:
+    """Matching lines numbered above `after`, looking at no more than `window` numbers.
+
+    `total` is the job's line count read before the lines: every line up to it is committed, so the
+    cursor never passes a line that is not visible yet.
+    """
+    total = stored_line_count(job_id) if total is None else total
+    upper = min(after + window, total)
+    if upper <= after:
+        return LogPage([], after, False)
+    lines = list(LogLine.objects.filter(job_id=job_id, seq__gt=after, seq__lte=upper)
+                 .filter(line_filter(query)).order_by("seq")[:limit])
+    cursor = lines[-1].seq if len(lines) == limit else upper
+    return LogPage(lines, cursor, cursor < total)
+
+
+def read_before(job_id: int, before: int, query: dict, limit: int, *, total: int | None = None,
+                window: int = SCAN_WINDOW) -> LogPage:
+    """Matching lines numbered below `before`, the latest `limit` of them, oldest first: the tail, or older lines."""
+    total = stored_line_count(job_id) if total is None else total
+    before = min(before, total + 1)
+    lower = max(before - 1 - window, 0)
+    newest_first = list(LogLine.objects.filter(job_id=job_id, seq__gt=lower, seq__lt=before)
+                        .filter(line_filter(query)).order_by("-seq")[:limit])
+    lines = newest_first[::-1]
+    previous = lines[0].seq if len(lines) == limit else lower + 1
+    return LogPage(lines, None, previous=previous if previous > 1 else None)
+
+
+def render_text(stream: str, rank: int | None, text: str) -> str:
+    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged."""
+    if stream == LogStream.SYSTEM:
+        return f"{SERVICE_LOG_PREFIX}{text}"
+    if rank is not None:
+        return f"[rank {rank}] {text}"
+    return text
+
+
+def render_line(line: LogLine) -> str:
+    return render_text(line.stream, line.rank, line.text)
+
+
 def lines_after(job_id: int, after_seq: int, limit: int = 1000):
     return LogLine.objects.filter(job_id=job_id, seq__gt=after_seq).order_by("seq")[:limit]
 
 
-def render_line(line: LogLine) -> str:
-    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged."""
-    if line.stream == LogStream.SYSTEM:
-        return f"{SERVICE_LOG_PREFIX}{line.text}"
-    if line.rank is not None:
-        return f"[rank {line.rank}] {line.text}"
-    return line.text
+def rendered_chunk(job_id: int, query: dict, after: int, through: int,
+                   lines: int = DOWNLOAD_CHUNK_LINES) -> tuple[str, int | None]:
+    """The next matching lines above `after` (up to `through`) as file text, and the cursor after them (None: done)."""
+    rows = list(LogLine.objects.filter(job_id=job_id, seq__gt=after, seq__lte=through)
+                .filter(line_filter(query)).order_by("seq").values_list("seq", "stream", "rank", "text")[:lines])
+    if not rows:
+        return "", None
+    return "".join(render_text(stream, rank, text) + "\n" for _seq, stream, rank, text in rows), rows[-1][0]
 
 
-def line_matches(line: LogLine, query: dict) -> bool:
-    if query.get("worker") is not None and line.worker_index != query["worker"]:
-        return False
-    if query.get("rank") is not None and line.rank != query["rank"]:
-        return False
-    if query.get("stream") and line.stream != query["stream"]:
-        return False
-    if not query.get("system", True) and line.stream == LogStream.SYSTEM:
-        return False
-    if query.get("q") and query["q"].lower() not in line.text.lower():
-        return False
-    return True
+def looks_like_error(text: str) -> bool:
+    return ERROR_LINE.search(text) is not None
+
+
+def first_error(job_id: int, query: dict, after: int = 0) -> LogLine | None:
+    """The first line above `after` that looks like an error: a traceback, an exception or error name,
+    an NCCL warning, a non-zero exit code."""
+    candidates = LogLine.objects.filter(job_id=job_id).filter(ERROR_CANDIDATES).filter(line_filter(query))
+    while True:
+        chunk = list(candidates.filter(seq__gt=after).order_by("seq")[:ERROR_CANDIDATE_CHUNK])
+        for line in chunk:
+            if looks_like_error(line.text):
+                return line
+        if len(chunk) < ERROR_CANDIDATE_CHUNK:
+            return None
+        after = chunk[-1].seq

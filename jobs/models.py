@@ -1,6 +1,8 @@
 """The domain's records: what can run (specs, nodes, engines), and what ran (jobs, workers, logs)."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -20,19 +22,29 @@ class ResourceSpec(models.Model):
 
     name = models.SlugField(max_length=64, unique=True)
     gpu_count = models.PositiveIntegerField(default=0)
-    gpu_model = models.CharField(max_length=64, blank=True)
-    cpu_cores = models.PositiveIntegerField()
-    memory_gb = models.PositiveIntegerField()
+    gpu_model = models.CharField(max_length=64, blank=True, help_text=_("As the flavor names it, e.g. NVIDIA-V100."))
+    cpu_cores = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    memory_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     # A CPU flavor has no GPUs to count processes by, so it says how many it runs per node.
-    cpu_slots_per_node = models.PositiveIntegerField(default=1)
+    cpu_slots_per_node = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text=_("Processes per node for a CPU flavor; a GPU flavor runs one per GPU."),
+    )
     network = models.CharField(max_length=8, choices=Network.choices, default=Network.SOCKET)
-    max_nodes = models.PositiveIntegerField(default=16)
+    max_nodes = models.PositiveIntegerField(
+        default=16, validators=[MinValueValidator(1)], help_text=_("The most nodes one job may ask for.")
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.display
+
+    def clean(self) -> None:
+        if self.gpu_count and not self.gpu_model.strip():
+            raise ValidationError({"gpu_model": _("A GPU flavor names its GPU model.")})
 
     @property
     def display(self) -> str:
@@ -65,9 +77,17 @@ class Node(models.Model):
         READY = "Ready", _("Ready")
         NOT_READY = "NotReady", _("NotReady")
 
+    class DisplayState(models.TextChoices):
+        """What an operator sees: health, the administrator's switches and the allocation, in one word."""
+
+        READY = "Ready", _("Ready")
+        NOT_READY = "NotReady", _("NotReady")
+        BUSY = "Busy", _("Busy")
+        DRAINING = "Draining", _("Draining")
+
     name = models.CharField(max_length=64, unique=True)
     address = models.GenericIPAddressField()
-    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_port = models.PositiveIntegerField(default=22, validators=[MinValueValidator(1), MaxValueValidator(65535)])
     ssh_user = models.CharField(max_length=32, default="root")
     sealed_private_key = models.TextField(blank=True, editable=False)
     # Pinned on first contact; a node that later shows another key is refused.
@@ -75,9 +95,17 @@ class Node(models.Model):
     spec = models.ForeignKey(ResourceSpec, on_delete=models.PROTECT, related_name="nodes")
     pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="nodes", null=True, blank=True)
     enabled = models.BooleanField(default=True)
+    # A draining node finishes the job it has and takes no new one.
+    draining = models.BooleanField(default=False)
+    labels = models.JSONField(default=dict, blank=True)
+    # The health state: set by health checks, and by a teardown that could not clean the node.
     state = models.CharField(max_length=16, choices=State.choices, default=State.READY)
     state_message = models.TextField(blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # What the last successful health check found (GPUs, cores, memory, interfaces, versions).
+    health = models.JSONField(default=dict, blank=True, editable=False)
+    last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_check_message = models.TextField(blank=True, editable=False)
     # The allocation itself: set and cleared by compare-and-set updates (see jobs.allocation).
     allocated_to = models.ForeignKey(
         "TrainingJob", on_delete=models.SET_NULL, null=True, blank=True, related_name="allocated_nodes"
@@ -96,6 +124,26 @@ class Node(models.Model):
     @private_key.setter
     def private_key(self, value: str) -> None:
         self.sealed_private_key = seal_secret(value)
+
+    @property
+    def display_state(self) -> str:
+        if not self.enabled or self.state != self.State.READY:
+            return self.DisplayState.NOT_READY
+        if self.draining:
+            return self.DisplayState.DRAINING
+        if self.allocated_to_id:
+            return self.DisplayState.BUSY
+        return self.DisplayState.READY
+
+    @property
+    def display_state_reason(self) -> str:
+        if not self.enabled:
+            return str(_("disabled by an administrator"))
+        if self.state != self.State.READY:
+            return self.state_message
+        if self.draining:
+            return str(_("draining: takes no new job"))
+        return ""
 
 
 class Engine(models.Model):
@@ -119,27 +167,78 @@ class EngineVersion(models.Model):
         return f"{self.engine.name} {self.version}"
 
 
+NEW_JOBS_ONLY = _("Applies to jobs created after the change; a job keeps what it was launched with.")
+
+
 class LauncherDefaults(models.Model):
     """The admin-editable defaults a job copies when it is created (a job keeps what it launched with)."""
 
-    bind_args = models.CharField(max_length=512, default="-bind-to none -map-by slot")
+    bind_args = models.CharField("OPENMPI_BIND_ARGS", max_length=512, default="-bind-to none -map-by slot", blank=True,
+                                 help_text=NEW_JOBS_ONLY)
     x_args = models.CharField(
+        "OPENMPI_X_ARGS",
         max_length=1024,
         default=(
             "-x LD_LIBRARY_PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_DEBUG=INFO "
             "-x NCCL_SOCKET_IFNAME=ib0,bond0,eth0 -x NCCL_SOCKET_FAMILY=AF_INET -x NCCL_IB_DISABLE=0"
         ),
+        blank=True,
+        help_text=NEW_JOBS_ONLY,
     )
-    mca_args = models.CharField(max_length=1024, default="-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true")
-    tune_prefixes = models.CharField(max_length=256, default="MA_,SHARED_,S3_,PATH,VC_WORKER_,SCC,CRED")
-    sshd_port_min = models.PositiveIntegerField(default=30000)
-    sshd_port_max = models.PositiveIntegerField(default=30999)
+    mca_args = models.CharField("OPENMPI_MCA_ARGS", max_length=1024, blank=True, help_text=NEW_JOBS_ONLY,
+                                default="-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true")
+    tune_prefixes = models.CharField(
+        max_length=256,
+        default="MA_,SHARED_,S3_,PATH,VC_WORKER_,SCC,CRED",
+        help_text=_("Comma-separated name prefixes of worker-0's variables passed to every worker through the tune file."),
+    )
+    sshd_port_min = models.PositiveIntegerField(default=30000, validators=[MinValueValidator(1024), MaxValueValidator(65535)])
+    sshd_port_max = models.PositiveIntegerField(default=30999, validators=[MinValueValidator(1024), MaxValueValidator(65535)])
+    # The reference platform stops storing a job's output near 1 GiB; the job itself keeps running.
+    log_cap_bytes = models.PositiveBigIntegerField(
+        default=1024**3,
+        help_text=_("Bytes of a job's output stored before the rest is dropped, with a note in the log (0: no cap). "
+                    "Applies to jobs created after the change."),
+    )
+    # A rank silent this long makes a job "suspected hung"; a job copies it when created and may set its own.
+    watchdog_seconds = models.PositiveIntegerField(
+        default=1800,
+        help_text=_("Seconds a rank may print nothing before its job is marked suspected hung (0: no watchdog). "
+                    "Applies to jobs created after the change."),
+    )
+    watchdog_may_stop = models.BooleanField(
+        default=False, help_text=_("Let the console stop a job the watchdog marks as suspected hung.")
+    )
+    outputs_max_bytes = models.PositiveBigIntegerField(
+        default=1024**3,
+        help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends."),
+    )
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         verbose_name_plural = "launcher defaults"
 
     def __str__(self) -> str:
         return "Launcher defaults"
+
+    def clean(self) -> None:
+        from .command_builder import ENV_NAME_RE, CommandError, validate_extra_args
+
+        errors = {}
+        # The same rule as a job's extra arguments: these end up in the same mpirun command.
+        for field in ("bind_args", "x_args", "mca_args"):
+            try:
+                validate_extra_args(getattr(self, field))
+            except CommandError as error:
+                errors[field] = error.message
+        prefixes = [prefix.strip() for prefix in self.tune_prefixes.split(",")]
+        if any(not ENV_NAME_RE.match(prefix) for prefix in prefixes):
+            errors["tune_prefixes"] = _("Give variable-name prefixes separated by commas, such as MA_,PATH.")
+        if self.sshd_port_min and self.sshd_port_max and self.sshd_port_min > self.sshd_port_max:
+            errors["sshd_port_max"] = _("The range ends before it starts.")
+        if errors:
+            raise ValidationError(errors)
+        self.tune_prefixes = ",".join(prefixes)
 
     @classmethod
     def current(cls) -> "LauncherDefaults":
@@ -191,6 +290,12 @@ ALLOWED_FROM = {
 }
 
 
+class StopReason(models.TextChoices):
+    USER = "", _("Stopped by the user")
+    AUTO_STOP = "auto_stop", _("Stopped by auto stop")
+    WATCHDOG = "watchdog", _("Stopped by the watchdog")
+
+
 class TrainingJob(models.Model):
     name = models.CharField(max_length=64)
     description = models.CharField(max_length=256, blank=True)
@@ -229,6 +334,31 @@ class TrainingJob(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     log_line_count = models.PositiveBigIntegerField(default=0)
+    # The log cap the job runs with (copied from LauncherDefaults; taken when its log starts if not set),
+    # the bytes of output it counts, and the output lines it kept out once reached.
+    log_cap_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    log_bytes = models.PositiveBigIntegerField(default=0)
+    log_lines_dropped = models.PositiveBigIntegerField(default=0)
+    # Touched every few seconds by the run that owns the job; a stale one means that run is gone.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    # Results that explain themselves (see jobs.outcome, jobs.metrics, jobs.outputs, jobs.run_monitor).
+    # Metric definitions ({name, regex}) the job's log is read with, and each metric's last value.
+    metric_definitions = models.JSONField(default=list, blank=True)
+    final_metrics = models.JSONField(default=dict, blank=True)
+    # Seconds a rank may be silent before the job is suspected hung (0: no watchdog).
+    watchdog_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # Set while the watchdog suspects the job hangs; silent_ranks lists {rank, worker, node, silent_since, last_line}.
+    suspected_hung_since = models.DateTimeField(null=True, blank=True)
+    silent_ranks = models.JSONField(default=list, blank=True)
+    # Who asked a stopped job to stop: the user (blank), auto stop, or the watchdog.
+    stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True, default=StopReason.USER)
+    # The "why it failed" card (jobs.outcome.explain_failure), empty for a job that did not fail.
+    failure = models.JSONField(default=dict, blank=True)
+    # What the teardown found on each node: {checked_at, clean, workers: [{worker, node, clean, processes_left, problem}]}.
+    cleanup_report = models.JSONField(default=dict, blank=True)
+    # What became of train_url: {state, message, kept_files, kept_bytes, total_files, total_bytes, limit_bytes}.
+    outputs_summary = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -284,7 +414,7 @@ class TrainingJob(models.Model):
             setattr(self, key, value)
 
     def begin_creating(self) -> None:
-        self.transition(JobStatus.CREATING, "Nodes allocated, preparing the containers")
+        self.transition(JobStatus.CREATING, "Nodes allocated, preparing the containers", heartbeat_at=timezone.now())
 
     def start(self) -> None:
         self.transition(JobStatus.RUNNING, "Training started")
@@ -366,3 +496,59 @@ class LogLine(models.Model):
     class Meta:
         ordering = ["job", "seq"]
         constraints = [models.UniqueConstraint(fields=["job", "seq"], name="unique_log_seq")]
+
+
+class RankOutcome(models.Model):
+    """How one rank of a job ended, as its fork agent recorded it in its container (see node_scripts/rank-agent.sh)."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="rank_outcomes")
+    rank = models.PositiveIntegerField()
+    worker_index = models.PositiveIntegerField()
+    node_name = models.CharField(max_length=64, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.PositiveIntegerField(null=True, blank=True)
+    # The signal the rank was sent before it ended (mpirun's abort of the other ranks, or a stop), if any.
+    stop_signal = models.CharField(max_length=8, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "rank"]
+        constraints = [models.UniqueConstraint(fields=["job", "rank"], name="unique_rank_outcome")]
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} of job {self.job_id}"
+
+    @property
+    def description(self) -> str:
+        from .outcome import describe_outcome
+
+        return describe_outcome(self)
+
+
+class MetricPoint(models.Model):
+    """One value of a job's metric, read from a log line (`seq`) of one rank, at a step or only a time."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="metric_points")
+    name = models.CharField(max_length=64)
+    rank = models.PositiveIntegerField(null=True, blank=True)
+    step = models.BigIntegerField(null=True, blank=True)
+    value = models.FloatField()
+    at = models.DateTimeField()
+    seq = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["job", "name", "id"], name="metric_point_series")]
+
+
+class JobOutputFile(models.Model):
+    """A file found in a job's train_url at its end; `kept` says whether it fitted in the outputs limit."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="output_files")
+    path = models.CharField(max_length=1024)
+    size = models.PositiveBigIntegerField()
+    kept = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["job", "path"]
+        constraints = [models.UniqueConstraint(fields=["job", "path"], name="unique_output_path")]

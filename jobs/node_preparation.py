@@ -15,9 +15,11 @@ from typing import Awaitable, Callable
 
 from .command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from .node_ssh import NodeError, SshTarget, connect, run_checked, upload
+from .platform_env import RANK_AGENT_PATH
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
 CONTAINER_HOME = "/home/ma-user"
+RANK_AGENT = (NODE_SCRIPTS / "rank-agent.sh").read_text()
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ def sshd_config(plan: JobPlan, worker: WorkerPlan) -> str:
             "UseDNS no",
             "PrintMotd no",
             f"PidFile {worker.workdir}/sshd.pid",
+            # The console collects the job's outputs over SFTP, seeing paths as the job does.
+            "Subsystem sftp internal-sftp",
             "MaxStartups 200:30:400",
             "MaxSessions 200",
             "",
@@ -125,6 +129,7 @@ def write_worker_bundle(plan: JobPlan, worker: WorkerPlan, destination: Path) ->
         # Every rank reads the tune file at its own node's path, so every worker gets both files.
         _add_text(archive, "home" + HOSTFILE_PATH.removeprefix(CONTAINER_HOME), plan.hostfile)
         _add_text(archive, "home" + TUNE_FILE_PATH.removeprefix(CONTAINER_HOME), plan.tune_file)
+        _add_text(archive, "home" + RANK_AGENT_PATH.removeprefix(CONTAINER_HOME), RANK_AGENT, 0o755)
         _add_text(archive, "etc/hosts", plan.hosts_file)
         _add_text(archive, "etc/sshd_config", sshd_config(plan, worker))
         _add_text(archive, "etc/ssh_host_ed25519_key", plan.host_private_key, 0o600)

@@ -1,6 +1,8 @@
 """A job's life once it has nodes: plan, prepare the containers, launch, tear down, release.
 
-The Celery task only calls run_allocated_job; each stage lives in its own module.
+The Celery task only calls run_allocated_job; each stage lives in its own module. Beside the launch
+runs the monitor (metrics, watchdog, auto stop); after it come the outputs, then the teardown, whose
+findings (each rank's end, what was left on each node) are kept with the "why it failed" card.
 """
 
 import asyncio
@@ -17,13 +19,16 @@ from .allocation import release_nodes
 from .command_builder import LaunchInputs, build_launch_command
 from .launcher import LogSink, launch
 from .log_store import service_line
-from .models import IllegalTransition, JobStatus, Node, TrainingJob, Worker
+from .models import IllegalTransition, JobStatus, LauncherDefaults, Node, TrainingJob, Worker
 from .node_preparation import JobPlan, WorkerPlan, prepare_all
 from .node_ssh import NodeError, SshTarget
+from .outcome import record_failure, record_rank_records
+from .outputs import OutputsResult, collect_outputs, container_path, outputs_root, record_outputs, train_url_of
 from .platform_env import hosts_file_text, worker_environment
 from .progress import JobProgressPublisher
 from .secret_box import seal_secret
-from .teardown import teardown_all
+from .run_monitor import RunMonitor
+from .teardown import TeardownResult, all_rank_records, cleanup_report, teardown_all
 
 logger = logging.getLogger(__name__)
 
@@ -161,13 +166,46 @@ def _settle(job_id: int, outcome: str, exit_code: int | None, message: str, tear
         release_nodes(job_id)
     status = _status(job_id)
     if status == JobStatus.TERMINATING:
-        _set_state(job_id, "transition", JobStatus.TERMINATED, "Stopped by the user")
+        _set_state(job_id, "transition", JobStatus.TERMINATED, _stopped_message(job_id))
     elif outcome == "exit" and exit_code is not None:
         _set_state(job_id, "finish", exit_code)
     elif outcome == "failed":
         _set_state(job_id, "fail", message)
     else:
         _set_state(job_id, "transition", JobStatus.ABNORMAL, message)
+
+
+def _stopped_message(job_id: int) -> str:
+    job = TrainingJob.objects.only("stop_reason", "status_message").get(pk=job_id)
+    # A stop by the console says why it stopped the job when it asks; a user's stop is just that.
+    return job.status_message if job.stop_reason else "Stopped by the user"
+
+
+def _begin_console_stop(job_id: int, reason: str, message: str) -> bool:
+    job = TrainingJob.objects.get(pk=job_id)
+    try:
+        job.transition(JobStatus.TERMINATING, message, stop_reason=reason)
+    except IllegalTransition:
+        return False
+    JobProgressPublisher(job_id).state_changed(job.status)
+    return True
+
+
+def _record_teardown(job_id: int, results: list[TeardownResult]) -> None:
+    """Keep what a teardown found: each rank's end (from its agent's record) and what was left on each node."""
+    record_rank_records(job_id, all_rank_records(results))
+    names = dict(Worker.objects.filter(job_id=job_id).values_list("index", "node_name"))
+    TrainingJob.objects.filter(pk=job_id).update(cleanup_report=cleanup_report(results, names))
+
+
+def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:
+    """(train_url, its path in the container, the size limit, whether the job ran to its end), or None without one."""
+    job = TrainingJob.objects.only("parameters", "status").get(pk=job_id)
+    train_url = train_url_of(job.parameters)
+    if not train_url:
+        return None
+    limit = LauncherDefaults.current().outputs_max_bytes
+    return train_url, container_path(train_url, working_dir), limit, job.status == JobStatus.RUNNING
 
 
 class JobRun:
@@ -201,10 +239,11 @@ class JobRun:
                 outcome, message = "stopped", "stopped before launch"
             else:
                 await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
-                exit_code = await launch(self.plan, LogSink(self.job_id))
+                exit_code = await self.launch_watched()
                 outcome = "exit" if exit_code is not None else "abnormal"
                 message = "" if exit_code is not None else "the launch session on worker-0 was cut"
                 await self.say(f"Training end with return code: {exit_code}")
+                await self.collect_outputs()
         except NodeError as error:
             outcome, message = "failed", str(error)
             await self.say(message)
@@ -213,21 +252,63 @@ class JobRun:
             outcome, message = "abnormal", f"internal error: {error!r}"
             await self.say(message)
         finally:
-            problems = await self.tear_down()
+            results = await self.tear_down()
+            problems = [(result.index, _problem(result)) for result in results if not result.clean]
+            # A node that cannot be reached after the launch began was lost mid-job.
+            lost = {result.index: result.error for result in results if result.error} if outcome != "failed" else {}
+            await sync_to_async(record_failure)(self.job_id, outcome, exit_code, message, lost)
             await sync_to_async(_settle)(self.job_id, outcome, exit_code, message, problems)
             heartbeat.cancel()
 
-    async def tear_down(self) -> list[tuple[int, str]]:
+    async def launch_watched(self) -> int | None:
+        """The launch, with the monitor beside it for as long as it runs."""
+        per_node = self.plan.processes_per_node
+        monitor = RunMonitor(
+            self.job_id, per_node * len(self.plan.workers), per_node,
+            {worker.index: worker.node.label for worker in self.plan.workers}, self.stop_from_console,
+        )
+        watching = asyncio.create_task(monitor.run())
+        try:
+            return await launch(self.plan, LogSink(self.job_id))
+        finally:
+            await monitor.finish(watching)
+
+    async def stop_from_console(self, reason: str, message: str) -> None:
+        """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
+        if not await sync_to_async(_begin_console_stop)(self.job_id, reason, message):
+            return
+        await self.say(f"{message}; ending the containers on every node")
+        await sync_to_async(_record_teardown)(self.job_id, await teardown_all(self.plan.workers))
+
+    async def collect_outputs(self) -> None:
+        request = await sync_to_async(_outputs_request)(self.job_id, self.plan.working_dir)
+        if request is None:
+            return
+        train_url, remote_dir, limit, ran_to_end = request
+        if not ran_to_end:
+            result = OutputsResult("not_collected", "The job was stopped before it ended; its outputs were not collected.")
+        elif remote_dir is None:
+            result = OutputsResult("not_a_path", f"{train_url} is not a path in the container; nothing was collected.")
+        else:
+            await self.say(f"Collecting the outputs in {remote_dir} from worker-0")
+            target = self.plan.container_target(self.plan.workers[0])
+            result = await collect_outputs(target, remote_dir, outputs_root(self.job_id), limit)
+        await sync_to_async(record_outputs)(self.job_id, train_url, result)
+        await self.say(result.message)
+
+    async def tear_down(self) -> list[TeardownResult]:
         results = await teardown_all(self.plan.workers)
-        problems = []
         for result in results:
             if result.clean:
                 await self.report_worker(result.index, "Stopped", f"worker-{result.index}: container removed, no process left")
             else:
-                problem = result.error or f"{result.processes_left} process(es) could not be ended"
-                problems.append((result.index, problem))
-                await self.report_worker(result.index, "Unclean", f"worker-{result.index}: {problem}")
-        return problems
+                await self.report_worker(result.index, "Unclean", f"worker-{result.index}: {_problem(result)}")
+        await sync_to_async(_record_teardown)(self.job_id, results)
+        return results
+
+
+def _problem(result: TeardownResult) -> str:
+    return result.error or f"{result.processes_left} process(es) could not be ended"
 
 
 def run_allocated_job(job_id: int) -> None:
@@ -252,7 +333,7 @@ def stop_running_job(job_id: int) -> None:
         return
     service_line(job_id, "Stopping: ending the containers on every node")
     workers = list(job.workers.select_related("node").order_by("index"))
-    asyncio.run(teardown_all(worker_plans(job, workers)))
+    _record_teardown(job_id, asyncio.run(teardown_all(worker_plans(job, workers))))
 
 
 def reap_orphaned_jobs() -> list[int]:
@@ -269,6 +350,8 @@ def reap_orphaned_jobs() -> list[int]:
         service_line(job.pk, "The run of this job was lost (its worker stopped); ending its containers")
         workers = list(job.workers.select_related("node").order_by("index"))
         results = asyncio.run(teardown_all(worker_plans(job, workers))) if job.sealed_ssh_key else []
+        if results:
+            _record_teardown(job.pk, results)
         problems = [(result.index, result.error or f"{result.processes_left} process(es) left") for result in results if not result.clean]
         _settle(job.pk, "abnormal", None, "the console lost the run of this job (its worker stopped)", problems)
         reaped.append(job.pk)

@@ -8,6 +8,8 @@ from typing import Mapping, Sequence
 from .command_builder import JOB_DIR
 
 MA_HOME = "/home/ma-user"
+# Shipped in every container's bundle; Open MPI's orted runs each rank through it (see node_scripts/rank-agent.sh).
+RANK_AGENT_PATH = f"{MA_HOME}/.mpi/rank-agent.sh"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -58,6 +60,9 @@ def worker_environment(
         # mpirun tags each output line with its rank ("[1,3]<stdout>:") so the log can say who wrote it;
         # set through the environment so the command keeps the reference's exact shape.
         "OMPI_MCA_orte_tag_output": "1",
+        # Each rank runs under a small agent that records its own exit status or signal, since mpirun
+        # reports only the first failure; set here too, so the command keeps the reference's shape.
+        "OMPI_MCA_orte_fork_agent": RANK_AGENT_PATH,
         # A log page is only live if ranks do not sit on a pipe's block buffer.
         "PYTHONUNBUFFERED": "1",
     }

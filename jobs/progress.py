@@ -1,17 +1,29 @@
-"""The one publisher of job progress to Redis, for followers that want to wake up on news.
+"""Job progress over Redis: one publisher for the run, and a waiter for followers that want to wake up on news.
 
 Redis is the transport and the database is the record: a lost message costs a follower one poll,
-never a line, so publishing failures are logged and swallowed.
+never a line. So publishing fails fast and is swallowed, and after a failure the publisher stays quiet
+for a moment rather than slow down the run that stores the log.
 """
 
+import asyncio
 import logging
+import time
+import weakref
 from functools import lru_cache
 
 import redis
+import redis.asyncio
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 logger = logging.getLogger(__name__)
 STREAM_MAX_LENGTH = 1000
+# After Redis failed, publishing is skipped this long: followers poll meanwhile.
+QUIET_AFTER_FAILURE_SECONDS = 1.0
+# A follower that hears nothing looks at the database anyway this often (Redis down, a message lost).
+FOLLOWER_POLL_SECONDS = 0.5
 
 
 def job_channel(job_id: int) -> str:
@@ -20,7 +32,11 @@ def job_channel(job_id: int) -> str:
 
 @lru_cache(maxsize=1)
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    # No retries: a publish that cannot happen at once is not worth delaying the log for.
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
+
+
+_quiet_until = 0.0
 
 
 class JobProgressPublisher:
@@ -28,9 +44,13 @@ class JobProgressPublisher:
         self.job_id = job_id
 
     def _publish(self, fields: dict[str, str]) -> None:
+        global _quiet_until
+        if time.monotonic() < _quiet_until:
+            return
         try:
             _client().xadd(job_channel(self.job_id), fields, maxlen=STREAM_MAX_LENGTH, approximate=True)
         except redis.RedisError as error:
+            _quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_SECONDS
             logger.warning("job %s: progress not published (%s); followers will poll", self.job_id, error)
 
     def log_appended(self, last_seq: int) -> None:
@@ -38,3 +58,47 @@ class JobProgressPublisher:
 
     def state_changed(self, status: str) -> None:
         self._publish({"kind": "state", "status": status})
+
+
+# redis.asyncio connections belong to the event loop that opened them.
+_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = weakref.WeakKeyDictionary()
+
+
+def _async_client() -> redis.asyncio.Redis:
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=None, retry=AsyncRetry(NoBackoff(), 0)
+        )
+        _async_clients[loop] = client
+    return client
+
+
+class JobNews:
+    """Waits for a job's progress messages. `since` is a stream id; "0-0" means "anything there is"."""
+
+    def __init__(self, job_id: int):
+        self.channel = job_channel(job_id)
+        self.since = "0-0"
+
+    async def start(self) -> None:
+        """Remember where the stream is now, before the follower reads the database, so no news slips between."""
+        try:
+            latest = await _async_client().xrevrange(self.channel, count=1)
+        except (redis.RedisError, OSError):
+            return
+        if latest:
+            self.since = latest[0][0].decode()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when news came; False after `timeout` seconds, or a short pause when Redis cannot be reached."""
+        try:
+            answer = await _async_client().xread({self.channel: self.since}, block=max(int(timeout * 1000), 1), count=100)
+        except (redis.RedisError, OSError):
+            await asyncio.sleep(min(timeout, FOLLOWER_POLL_SECONDS))
+            return False
+        if not answer:
+            return False
+        self.since = answer[0][1][-1][0].decode()
+        return True

@@ -3,6 +3,7 @@
 from django.db import transaction
 
 from .forms import TrainingJobForm
+from .metrics import default_metric_definitions
 from .models import JobEvent, LauncherDefaults, TrainingJob
 
 
@@ -32,10 +33,13 @@ def submit_job(form: TrainingJobForm, owner) -> TrainingJob:
             node_count=data["node_count"],
             extra_args=data.get("extra_args", ""),
             auto_stop_hours=data.get("auto_stop_hours"),
+            metric_definitions=data.get("metrics") or default_metric_definitions(),
+            watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
             bind_args=defaults.bind_args,
             x_args=defaults.x_args,
             mca_args=defaults.mca_args,
             tune_prefixes=defaults.tune_prefixes,
+            log_cap_bytes=defaults.log_cap_bytes,
         )
         job.sshd_port = sshd_port_for(job.pk, defaults)
         job.save(update_fields=["sshd_port"])

@@ -5,7 +5,8 @@ import logging
 from celery import shared_task
 from django.db import transaction
 
-from . import allocation, pipeline
+from . import allocation, node_health, pipeline
+from .models import Node
 
 logger = logging.getLogger(__name__)
 
@@ -38,3 +39,12 @@ def reap_orphaned_jobs() -> list[int]:
     if reaped:
         dispatch_pending_jobs.delay()
     return reaped
+
+
+@shared_task(ignore_result=True)
+def check_nodes(node_ids: list[int] | None = None) -> None:
+    """Health-check the given nodes, or every enabled node (what Celery beat runs periodically)."""
+    nodes = node_health.nodes_due_for_check() if node_ids is None else Node.objects.filter(pk__in=node_ids)
+    for result in node_health.check_nodes(nodes):
+        if not result.ready:
+            logger.warning("node %s is not ready: %s", result.node, result.message)

@@ -1,16 +1,26 @@
-"""Teardown: end every process of a job's containers on every node, and say what could not be ended."""
+"""Teardown: end every process of a job's containers on every node, and say what could not be ended.
+
+The stop script also prints how each rank of the worker ended (its fork agent's record), since the
+records go with the container's files.
+"""
 
 import asyncio
+import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 import asyncssh
 from django.conf import settings
+from django.utils import timezone
 
 from .node_preparation import NODE_SCRIPTS, WorkerPlan
 from .node_ssh import NodeError, connect
+from .outcome import RankRecord, parse_rank_records
 
 STOP_SCRIPT = (NODE_SCRIPTS / "stop-container.sh").read_text()
+# The script's own last line; the rank records before it are the job user's words and may say anything.
+LEFT_LINE = re.compile(r"^left=(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -18,6 +28,7 @@ class TeardownResult:
     index: int
     processes_left: int | None
     error: str = ""
+    rank_records: list[RankRecord] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -40,11 +51,35 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
     except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
         return TeardownResult(worker.index, None, f"{worker.node.label}: stopping the container failed: {error}")
     output = str(result.stdout or "")
-    for part in output.split():
-        if part.startswith("left="):
-            return TeardownResult(worker.index, int(part.removeprefix("left=")))
-    return TeardownResult(worker.index, None, f"{worker.node.label}: stop script said {output!r} {result.stderr!r}")
+    lines = output.strip().splitlines()
+    left = LEFT_LINE.match(lines[-1].strip()) if lines else None
+    if left:
+        return TeardownResult(worker.index, int(left.group(1)), rank_records=parse_rank_records(output))
+    return TeardownResult(worker.index, None, f"{worker.node.label}: stop script said {output[-500:]!r} {result.stderr!r}")
 
 
 async def teardown_all(workers: list[WorkerPlan]) -> list[TeardownResult]:
     return list(await asyncio.gather(*(teardown_worker(worker) for worker in workers)))
+
+
+def all_rank_records(results: list[TeardownResult]) -> list[RankRecord]:
+    return [record for result in results for record in result.rank_records]
+
+
+def cleanup_report(results: list[TeardownResult], node_names: dict[int, str], checked_at: datetime | None = None) -> dict:
+    """What the teardown found on each node, as the job page shows it."""
+    workers = [
+        {
+            "worker": result.index,
+            "node": node_names.get(result.index, ""),
+            "clean": result.clean,
+            "processes_left": result.processes_left,
+            "problem": "" if result.clean else (result.error or f"{result.processes_left} process(es) could not be ended"),
+        }
+        for result in sorted(results, key=lambda result: result.index)
+    ]
+    return {
+        "checked_at": (checked_at or timezone.now()).isoformat(),
+        "clean": all(worker["clean"] for worker in workers),
+        "workers": workers,
+    }

@@ -5,5 +5,10 @@ from . import views
 urlpatterns = [
     path("", views.job_list, name="job-list"),
     path("jobs/new", views.job_create, name="job-create"),
+    path("jobs/preview", views.job_preview, name="job-preview"),
     path("jobs/<int:pk>", views.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/rebuild", views.job_rebuild, name="job-rebuild"),
+    path("jobs/<int:pk>/stop", views.job_stop, name="job-stop"),
+    path("jobs/<int:pk>/delete", views.job_delete, name="job-delete"),
+    path("capacity", views.capacity, name="capacity"),
 ]

@@ -1,28 +1,153 @@
 """The pages: thin views over the same form, services and log store the API uses."""
 
+import shutil
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from .access import visible_jobs
-from .forms import TrainingJobForm
-from .submission import submit_job
+from .capacity import pool_capacity
+from .command_preview import preview
+from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
+from .job_display import display
+from .outputs import outputs_root
+from .models import (
+    FINAL_STATES,
+    CodeDirectory,
+    Engine,
+    EngineVersion,
+    IllegalTransition,
+    JobStatus,
+    ResourcePool,
+    ResourceSpec,
+    TrainingJob,
+)
+from .submission import request_stop, submit_job
+
+JOBS_PER_PAGE = 20
+
+
+def _back(request, fallback: str):
+    """Where an action returns to: the page it was started from, when that page is ours."""
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect(fallback)
 
 
 @login_required
 def job_list(request):
-    return render(request, "jobs/job_list.html", {"jobs": visible_jobs(request.user)[:200]})
+    jobs = visible_jobs(request.user)
+    state, query, mine = request.GET.get("state", ""), request.GET.get("q", "").strip(), request.GET.get("mine") == "1"
+    if state in JobStatus.values:
+        jobs = jobs.filter(status=state)
+    if query:
+        jobs = jobs.filter(name__icontains=query)
+    if mine:
+        jobs = jobs.filter(owner=request.user)
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    filters = request.GET.copy()
+    filters.pop("page", None)
+    return render(request, "jobs/job_list.html", {
+        "page": page,
+        "jobs": page.object_list,
+        "states": JobStatus.choices,
+        "state": state,
+        "query": query,
+        "mine": mine,
+        "filter_query": filters.urlencode(),
+    })
+
+
+def _form_page(request, form, rebuilt_from=None):
+    version = str(form["engine"].value() or "")
+    family = EngineVersion.objects.filter(pk=version).values_list("engine_id", flat=True).first() if version.isdigit() else None
+    return render(request, "jobs/job_form.html", {
+        "form": form,
+        "engines": Engine.objects.prefetch_related("versions"),
+        "selected_family": family,
+        "max_env": MAX_ENV_VARS,
+        "code_dirs": CodeDirectory.objects.all(),
+        "specs": ResourceSpec.objects.all(),
+        "pools": ResourcePool.objects.all(),
+        "rebuilt_from": rebuilt_from,
+    })
 
 
 @login_required
 def job_create(request):
-    form = TrainingJobForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        job = submit_job(form, request.user)
-        return redirect("job-detail", pk=job.pk)
-    return render(request, "jobs/job_form.html", {"form": form})
+    if request.method == "POST":
+        form = TrainingJobForm(page_data(request.POST))
+        if form.is_valid():
+            job = submit_job(form, request.user)
+            messages.success(request, _("Job %(name)s submitted.") % {"name": job.name})
+            return redirect("job-detail", pk=job.pk)
+    else:
+        form = TrainingJobForm()
+    return _form_page(request, form)
+
+
+@login_required
+def job_rebuild(request, pk):
+    job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    return _form_page(request, TrainingJobForm(initial=TrainingJobForm.initial_from_job(job)), rebuilt_from=job)
+
+
+@login_required
+@require_POST
+def job_preview(request):
+    return JsonResponse(preview(TrainingJobForm(page_data(request.POST))))
 
 
 @login_required
 def job_detail(request, pk):
+    job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
+    return render(request, "jobs/job_detail.html", {
+        "job": job,
+        "shown": display(job),
+        "workers": job.workers.all(),
+        "events": job.events.all(),
+    })
+
+
+@login_required
+@require_POST
+def job_stop(request, pk):
+    with transaction.atomic():
+        job = get_object_or_404(visible_jobs(request.user), pk=pk)
+        try:
+            request_stop(job)
+        except IllegalTransition:
+            messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
+                "name": job.name, "state": job.get_status_display()})
+        else:
+            messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
+    return _back(request, reverse("job-detail", args=[pk]))
+
+
+@login_required
+@require_POST
+def job_delete(request, pk):
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
-    return render(request, "jobs/job_detail.html", {"job": job, "workers": job.workers.all()})
+    # Conditional on the state in the database, so a job that is still running is never deleted.
+    deleted, _by_model = TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()
+    if not deleted:
+        messages.error(request, _("Only finished jobs can be deleted; stop job %(name)s first.") % {"name": job.name})
+        return redirect("job-detail", pk=pk)
+    # The collected outputs live beside the database, not in it: they go with the job.
+    shutil.rmtree(outputs_root(job.pk), ignore_errors=True)
+    messages.success(request, _("Job %(name)s deleted.") % {"name": job.name})
+    return redirect("job-list")
+
+
+@login_required
+def capacity(request):
+    return render(request, "jobs/capacity.html", {"pools": pool_capacity()})

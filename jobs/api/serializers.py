@@ -64,4 +64,4 @@ class TrainingJobSerializer(serializers.ModelSerializer):
 class TrainingJobListSerializer(TrainingJobSerializer):
     class Meta(TrainingJobSerializer.Meta):
         fields = ["id", "name", "owner", "status", "engine", "spec", "spec_display", "node_count", "exit_code",
-                  "created_at", "started_at", "ended_at", "duration_seconds"]
+                  "created_at", "started_at", "ended_at", "duration_seconds", "final_metrics"]

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from . import views
+from ..log_follow import job_log_events
+from . import results, views
 
 urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
@@ -8,7 +9,17 @@ urlpatterns = [
     path("code-dirs", views.CodeDirList.as_view(), name="api-code-dirs"),
     path("training-jobs", views.TrainingJobList.as_view(), name="api-jobs"),
     path("training-jobs/<int:pk>", views.TrainingJobDetail.as_view(), name="api-job"),
-    path("training-jobs/<int:pk>/log", views.TrainingJobLog.as_view(), name="api-job-log"),
+    path("training-jobs/<int:pk>/log", views.job_log, name="api-job-log"),
+    path("training-jobs/<int:pk>/log/events", job_log_events, name="api-job-log-events"),
     path("training-jobs/<int:pk>/log/lines", views.TrainingJobLogLines.as_view(), name="api-job-log-lines"),
+    path("training-jobs/<int:pk>/log/download", views.TrainingJobLogDownload.as_view(), name="api-job-log-download"),
+    path("training-jobs/<int:pk>/log/first-error", views.TrainingJobLogFirstError.as_view(), name="api-job-log-first-error"),
+    path("training-jobs/<int:pk>/nccl", views.TrainingJobNccl.as_view(), name="api-job-nccl"),
     path("training-jobs/<int:pk>/stop", views.TrainingJobStop.as_view(), name="api-job-stop"),
+    # What a run left: each rank's end and the failure card, metrics, outputs.
+    path("training-jobs/<int:pk>/outcome", results.JobOutcome.as_view(), name="api-job-outcome"),
+    path("training-jobs/<int:pk>/metrics", results.JobMetrics.as_view(), name="api-job-metrics"),
+    path("training-jobs/<int:pk>/outputs", results.JobOutputs.as_view(), name="api-job-outputs"),
+    path("training-jobs/<int:pk>/outputs.tar.gz", results.JobOutputsArchive.as_view(), name="api-job-outputs-archive"),
+    path("training-jobs/<int:pk>/outputs/<path:path>", results.JobOutputDownload.as_view(), name="api-job-output-file"),
 ]

@@ -3,9 +3,11 @@
 import tempfile
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils.http import content_disposition_header
 from rest_framework import generics, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
@@ -14,7 +16,10 @@ from rest_framework.views import APIView
 from ..access import visible_jobs
 from ..code_dirs import ArchiveRejected, create_from_archive
 from ..forms import LogQueryForm, TrainingJobForm
-from ..log_store import line_matches, lines_after, render_line
+from ..log_follow import job_log_events, line_payload, log_file_chunks
+from ..log_forms import LogReadForm
+from ..log_store import first_error, lines_after, read_after, read_before, render_line
+from ..nccl_panel import nccl_report
 from ..models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
 from ..submission import request_stop, submit_job
 from .serializers import (
@@ -113,11 +118,51 @@ class TrainingJobLog(APIView):
 
 
 class TrainingJobLogLines(APIView):
-    """JSON lines after a cursor, optionally filtered: what the job page's log pane polls.
+    """JSON lines of a job's log, filtered in the database: what the job page's log pane reads.
 
-    `after` is a sequence number; `next` in the answer is where to continue. Filtering never moves
-    the cursor backwards, so a follower sees each stored line at most once and misses none.
+    Following: `after` is a sequence number and `next` in the answer is where to continue; a filtered
+    read looks at a bounded stretch of the log, so `next` may move on with few or no lines, and `more`
+    says to ask again at once. Filtering never moves the cursor backwards, so a follower sees each
+    stored line at most once and misses none. Reading back: `tail` gives the latest lines, `before`
+    older ones; `previous` is the `before` of the next older page (null at the start of the log).
     """
+
+    def get(self, request, pk):
+        job = get_object_or_404(visible_jobs(request.user), pk=pk)
+        form = LogReadForm(request.query_params)
+        if not form.is_valid():
+            return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
+        query = form.cleaned_data
+        limit = query["limit"] or LOG_JSON_PAGE_LINES
+        total = job.log_line_count
+        if query["tail"] or query["before"]:
+            page = read_before(job.pk, query["before"] or total + 1, query, limit, total=total)
+            page.next = total if query["tail"] else None
+        else:
+            page = read_after(job.pk, query["after"] or 0, query, limit, total=total)
+        return Response(
+            {
+                "lines": [line_payload(line) for line in page.lines],
+                "next": page.next,
+                "more": page.more,
+                "previous": page.previous,
+                "status": job.status,
+                "total": total,
+                "capped": job.log_lines_dropped > 0,
+                "dropped": job.log_lines_dropped,
+            }
+        )
+
+
+async def job_log(request, pk):
+    """GET /api/v1/training-jobs/<id>/log: plain text after a cursor, or live events for Accept: text/event-stream."""
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        return await job_log_events(request, pk)
+    return await sync_to_async(TrainingJobLog.as_view())(request, pk=pk)
+
+
+class TrainingJobLogDownload(APIView):
+    """The whole log as one file, or one worker's (`?worker=N`) as the reference platform names it, streamed."""
 
     def get(self, request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
@@ -125,20 +170,32 @@ class TrainingJobLogLines(APIView):
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
         query = form.cleaned_data
-        scanned = list(lines_after(job.pk, query["after"] or 0, query["limit"] or LOG_JSON_PAGE_LINES))
-        lines = [line for line in scanned if line_matches(line, query)]
-        return Response(
-            {
-                "lines": [
-                    {"seq": line.seq, "worker": line.worker_index, "rank": line.rank, "stream": line.stream,
-                     "text": line.text, "at": line.at}
-                    for line in lines
-                ],
-                "next": scanned[-1].seq if scanned else (query["after"] or 0),
-                "status": job.status,
-                "total": job.log_line_count,
-            }
-        )
+        worker = query["worker"]
+        name = f"{job.dns_name}-worker-{worker}.log" if worker is not None else f"{job.dns_name}.log"
+        response = StreamingHttpResponse(log_file_chunks(request, job.pk, query, through=job.log_line_count),
+                                         content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = content_disposition_header(True, name)
+        return response
+
+
+class TrainingJobLogFirstError(APIView):
+    """The first line after `after` (0: from the start) that looks like an error, within the filters; null if none."""
+
+    def get(self, request, pk):
+        job = get_object_or_404(visible_jobs(request.user), pk=pk)
+        form = LogQueryForm(request.query_params)
+        if not form.is_valid():
+            return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
+        line = first_error(job.pk, form.cleaned_data, after=form.cleaned_data["after"] or 0)
+        return Response({"seq": line.seq if line else None, "line": line_payload(line) if line else None})
+
+
+class TrainingJobNccl(APIView):
+    """What NCCL did in this job, read from its log, and what that means against the job's spec."""
+
+    def get(self, request, pk):
+        job = get_object_or_404(visible_jobs(request.user), pk=pk)
+        return Response(nccl_report(job))
 
 
 class TrainingJobStop(APIView):

@@ -21,6 +21,8 @@ cd "$workdir"
 mkdir -p home/user-job-dir
 tar -xf bundle.tar
 tar -xf code.tar -C home/user-job-dir
+# Where each rank's fork agent records how the rank ended (see rank-agent.sh).
+mkdir -p home/.mpi/ranks
 rm -f bundle.tar code.tar
 chown -R "$user:" home
 chmod 755 home

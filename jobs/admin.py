@@ -1,0 +1,405 @@
+"""The back office: specs, pools, nodes, engines, launcher defaults, and a read-only view of jobs."""
+
+import json
+
+import asyncssh
+from django import forms
+from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import Count, Q
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from . import node_health
+from .allocation import waiting_reason
+from .command_builder import ENV_NAME_RE
+from .models import (
+    Engine,
+    EngineVersion,
+    IllegalTransition,
+    JobStatus,
+    LauncherDefaults,
+    Node,
+    ResourcePool,
+    ResourceSpec,
+    TrainingJob,
+    Worker,
+)
+from .submission import request_stop
+
+STATE_COLOURS = {
+    Node.DisplayState.READY: "#2e7d32",
+    Node.DisplayState.BUSY: "#1565c0",
+    Node.DisplayState.DRAINING: "#ef6c00",
+    Node.DisplayState.NOT_READY: "#c62828",
+}
+
+
+@admin.register(ResourceSpec)
+class ResourceSpecAdmin(admin.ModelAdmin):
+    list_display = ["name", "display", "processes_per_node", "network", "max_nodes", "node_count"]
+    list_filter = ["network"]
+    search_fields = ["name", "gpu_model"]
+    fieldsets = [
+        (None, {"fields": ["name"]}),
+        (_("Per node"), {"fields": ["gpu_count", "gpu_model", "cpu_cores", "memory_gb", "cpu_slots_per_node"]}),
+        (_("Between nodes"), {"fields": ["network", "max_nodes"]}),
+    ]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(nodes_total=Count("nodes"))
+
+    @admin.display(description=_("flavor"))
+    def display(self, spec):
+        return spec.display
+
+    @admin.display(description=_("nodes"), ordering="nodes_total")
+    def node_count(self, spec):
+        return spec.nodes_total
+
+
+@admin.register(ResourcePool)
+class ResourcePoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "node_count", "ready_count", "queue_length"]
+    list_filter = ["kind"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            nodes_total=Count("nodes", distinct=True),
+            nodes_ready=Count(
+                "nodes",
+                filter=Q(nodes__enabled=True, nodes__draining=False, nodes__state=Node.State.READY,
+                         nodes__allocated_to__isnull=True),
+                distinct=True,
+            ),
+            queued=Count("jobs", filter=Q(jobs__status=JobStatus.PENDING), distinct=True),
+        )
+
+    @admin.display(description=_("nodes"), ordering="nodes_total")
+    def node_count(self, pool):
+        url = reverse("admin:jobs_node_changelist") + f"?pool__id__exact={pool.pk}"
+        return format_html('<a href="{}">{}</a>', url, pool.nodes_total)
+
+    @admin.display(description=_("free"), ordering="nodes_ready")
+    def ready_count(self, pool):
+        return pool.nodes_ready
+
+    @admin.display(description=_("queued jobs"), ordering="queued")
+    def queue_length(self, pool):
+        return pool.queued
+
+
+class LabelsField(forms.CharField):
+    """Node labels typed as `key=value` lines, kept as a JSON object."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "cols": 40})
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):
+            return "\n".join(f"{key}={item}" for key, item in value.items())
+        return value
+
+    def to_python(self, value):
+        labels = {}
+        for number, line in enumerate((value or "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, sep, item = line.partition("=")
+            if not sep or not key.strip():
+                raise forms.ValidationError(_("Line %(n)s: write key=value."), params={"n": number})
+            labels[key.strip()] = item.strip()
+        return labels
+
+
+class NodeAdminForm(forms.ModelForm):
+    # Write-only: the saved key is sealed and never rendered back into the page.
+    private_key = forms.CharField(
+        label=_("SSH private key"),
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 70, "autocomplete": "off", "spellcheck": "false"}),
+        help_text=_("OpenSSH private key the console logs in with (no passphrase). It is stored sealed and never "
+                    "shown again; leave empty to keep the saved key."),
+    )
+    labels = LabelsField(required=False, help_text=_("One key=value per line."))
+
+    class Meta:
+        model = Node
+        fields = ["name", "address", "ssh_port", "ssh_user", "private_key", "host_key", "spec", "pool", "enabled",
+                  "draining", "labels"]
+        help_texts = {
+            "host_key": _("The node's OpenSSH host key, e.g. 'ssh-ed25519 AAAA…'. Leave empty to pin the key the "
+                          "node shows at its first check; a node that later shows another key is refused."),
+        }
+
+    def clean_private_key(self):
+        text = self.cleaned_data.get("private_key", "")
+        if not text.strip():
+            if not self.instance.sealed_private_key:
+                raise forms.ValidationError(_("A new node needs the private key the console logs in with."))
+            return ""
+        try:
+            asyncssh.import_private_key(text)
+        except asyncssh.KeyImportError as error:
+            raise forms.ValidationError(_("This is not a usable private key: %(error)s"), params={"error": error})
+        return text.strip() + "\n"
+
+    def clean_host_key(self):
+        text = " ".join(self.cleaned_data.get("host_key", "").split())
+        if not text:
+            return ""
+        try:
+            key = asyncssh.import_public_key(text)
+        except asyncssh.KeyImportError as error:
+            raise forms.ValidationError(_("This is not an OpenSSH public key: %(error)s"), params={"error": error})
+        return key.export_public_key("openssh").decode().strip()
+
+    def save(self, commit=True):
+        node = super().save(commit=False)
+        if self.cleaned_data.get("private_key"):
+            node.private_key = self.cleaned_data["private_key"]
+        if commit:
+            node.save()
+        return node
+
+
+class DisplayStateFilter(admin.SimpleListFilter):
+    """Filter by the state the list shows, which combines health, the switches and the allocation."""
+
+    title = _("state")
+    parameter_name = "display_state"
+    HEALTHY = Q(enabled=True, state=Node.State.READY)
+    CONDITIONS = {
+        Node.DisplayState.READY: HEALTHY & Q(draining=False, allocated_to__isnull=True),
+        Node.DisplayState.BUSY: HEALTHY & Q(draining=False, allocated_to__isnull=False),
+        Node.DisplayState.DRAINING: HEALTHY & Q(draining=True),
+        Node.DisplayState.NOT_READY: ~HEALTHY,
+    }
+
+    def lookups(self, request, model_admin):
+        return Node.DisplayState.choices
+
+    def queryset(self, request, queryset):
+        condition = self.CONDITIONS.get(self.value())
+        return queryset.filter(condition) if condition is not None else queryset
+
+
+# What reaching a node depends on: a change to any of these calls for a fresh check.
+CONNECTION_FIELDS = {"address", "ssh_port", "ssh_user", "private_key", "host_key"}
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    form = NodeAdminForm
+    list_display = ["name", "endpoint", "spec", "pool", "state_badge", "job", "last_seen", "health_summary",
+                    "label_list"]
+    list_filter = [DisplayStateFilter, "pool", "spec", "enabled"]
+    search_fields = ["name", "address"]
+    list_select_related = ["spec", "pool", "allocated_to"]
+    readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts"]
+    actions = ["check_now", "drain", "enable"]
+    fieldsets = [
+        (None, {"fields": ["name", "spec", "pool", "labels"]}),
+        (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "private_key", "host_key"]}),
+        (_("Scheduling"), {"fields": ["enabled", "draining", "state_badge", "job"]}),
+        (_("Health"), {"fields": ["last_seen", "last_checked_at", "last_check_message", "health_facts"]}),
+    ]
+
+    @admin.display(description=_("SSH"))
+    def endpoint(self, node):
+        return f"{node.ssh_user}@{node.address}:{node.ssh_port}"
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, node):
+        return format_html('<strong style="color:{}" title="{}">{}</strong>', STATE_COLOURS[node.display_state],
+                           node.display_state_reason, Node.DisplayState(node.display_state).label)
+
+    @admin.display(description=_("job"))
+    def job(self, node):
+        if not node.allocated_to_id:
+            return "-"
+        url = reverse("admin:jobs_trainingjob_change", args=[node.allocated_to_id])
+        return format_html('<a href="{}">{}</a>', url, node.allocated_to)
+
+    @admin.display(description=_("last health check"))
+    def health_summary(self, node):
+        problems = node_health.spec_contradictions(node.health, node.spec)
+        found = node_health.facts_summary(node.health)
+        if node.state != Node.State.READY:
+            found = node.state_message
+        warnings = format_html_join("", '<br><span style="color:#c62828">⚠ {}</span>',
+                                    ((problem,) for problem in problems))
+        return format_html("{}{}", found or "-", warnings)
+
+    @admin.display(description=_("labels"))
+    def label_list(self, node):
+        return ", ".join(f"{key}={value}" for key, value in node.labels.items())
+
+    @admin.display(description=_("facts"))
+    def health_facts(self, node):
+        return format_html("<pre>{}</pre>", _pretty(node.health))
+
+    def save_model(self, request, node, form, change):
+        if not change:
+            # Not schedulable before a check has reached it.
+            node.state, node.state_message = Node.State.NOT_READY, "waiting for its first health check"
+        super().save_model(request, node, form, change)
+        if not change or CONNECTION_FIELDS & set(form.changed_data):
+            # After the commit: a check takes seconds, and the row must not stay locked meanwhile.
+            transaction.on_commit(lambda: self._report(request, node_health.check_nodes([node])))
+
+    def _report(self, request, results):
+        for result in results:
+            if not result.ready:
+                level = messages.ERROR
+            elif result.warnings:
+                level = messages.WARNING
+            else:
+                level = messages.SUCCESS
+            state = _("Ready") if result.ready else _("NotReady")
+            self.message_user(request, _("Health check of %(node)s: %(state)s, %(message)s") % {
+                "node": result.node, "state": state, "message": result.message}, level)
+
+    @admin.action(description=_("Check the selected nodes now"))
+    def check_now(self, request, queryset):
+        self._report(request, node_health.check_nodes(queryset))
+
+    @admin.action(description=_("Drain the selected nodes (finish the current job, take no new one)"))
+    def drain(self, request, queryset):
+        count = queryset.update(draining=True)
+        self.message_user(request, _("%(count)s node(s) draining.") % {"count": count})
+
+    @admin.action(description=_("Enable the selected nodes (and stop draining them)"))
+    def enable(self, request, queryset):
+        count = queryset.update(enabled=True, draining=False)
+        node_health.wake_dispatcher()
+        self.message_user(request, _("%(count)s node(s) enabled.") % {"count": count})
+
+
+def _pretty(facts: dict) -> str:
+    return json.dumps(facts, indent=2, sort_keys=True) if facts else "-"
+
+
+class EngineVersionForm(forms.ModelForm):
+    class Meta:
+        model = EngineVersion
+        fields = ["version", "python", "default_env"]
+
+    def clean_default_env(self):
+        env = self.cleaned_data.get("default_env") or {}
+        if not isinstance(env, dict):
+            raise forms.ValidationError(_('Give an object of NAME: value pairs, e.g. {"NCCL_DEBUG": "INFO"}.'))
+        for name, value in env.items():
+            if not ENV_NAME_RE.match(name):
+                raise forms.ValidationError(_("%(name)r is not a valid variable name."), params={"name": name})
+            if not isinstance(value, (str, int, float)):
+                raise forms.ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
+        return {name: str(value) for name, value in env.items()}
+
+
+class EngineVersionInline(admin.TabularInline):
+    model = EngineVersion
+    form = EngineVersionForm
+    extra = 0
+
+
+@admin.register(Engine)
+class EngineAdmin(admin.ModelAdmin):
+    list_display = ["name", "versions"]
+    inlines = [EngineVersionInline]
+
+    @admin.display(description=_("versions"))
+    def versions(self, engine):
+        return ", ".join(version.version for version in engine.versions.all())
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("versions")
+
+
+@admin.register(LauncherDefaults)
+class LauncherDefaultsAdmin(admin.ModelAdmin):
+    """One row of defaults: the list goes straight to it, and it can be neither added twice nor deleted."""
+
+    fieldsets = [
+        (_("mpirun options"), {"fields": ["bind_args", "x_args", "mca_args"]}),
+        (_("Tune file and job sshd"), {"fields": ["tune_prefixes", "sshd_port_min", "sshd_port_max"]}),
+        (_("Logs, watchdog and outputs"), {"fields": ["log_cap_bytes", "watchdog_seconds", "watchdog_may_stop", "outputs_max_bytes"]}),
+    ]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        return redirect("admin:jobs_launcherdefaults_change", LauncherDefaults.current().pk)
+
+
+class WorkerInline(admin.TabularInline):
+    model = Worker
+    fields = ["index", "node_name", "address", "hostname", "state", "message"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TrainingJob)
+class TrainingJobAdmin(admin.ModelAdmin):
+    """Jobs as records: looked at and stopped from here, never edited."""
+
+    list_display = ["id", "name", "owner", "status", "spec", "pool", "node_count", "created_at", "started_at",
+                    "ended_at", "exit_code"]
+    list_filter = ["status", "pool", ("owner", admin.RelatedOnlyFieldListFilter), "created_at"]
+    date_hierarchy = "created_at"
+    search_fields = ["name", "owner__username"]
+    list_select_related = ["owner", "spec", "pool"]
+    actions = ["stop_selected"]
+    inlines = [WorkerInline]
+    fieldsets = [
+        (None, {"fields": ["name", "description", "owner", "status", "status_message", "queue", "exit_code"]}),
+        (_("Program"), {"fields": ["engine_version", "code_dir", "boot_file", "parameters", "env"]}),
+        (_("Resources"), {"fields": ["spec", "pool", "node_count", "auto_stop_hours"]}),
+        (_("As launched"), {"fields": ["command_template", "command", "hostfile", "tune_file", "bind_args", "x_args",
+                                       "mca_args", "extra_args", "tune_prefixes", "sshd_port"]}),
+        (_("Times"), {"fields": ["created_at", "started_at", "ended_at", "log_line_count"]}),
+    ]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [name for _title, options in self.fieldsets for name in options["fields"]]
+
+    @admin.display(description=_("waiting"))
+    def queue(self, job):
+        return waiting_reason(job) or "-"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_stop_permission(self, request):
+        return request.user.has_perm("jobs.change_trainingjob")
+
+    @admin.action(description=_("Stop the selected jobs"), permissions=["stop"])
+    def stop_selected(self, request, queryset):
+        stopped, refused = 0, []
+        for job in queryset:
+            with transaction.atomic():
+                try:
+                    request_stop(job)
+                    stopped += 1
+                except IllegalTransition:
+                    refused.append(f"{job.name} ({job.status})")
+        if stopped:
+            self.message_user(request, _("%(count)s job(s) asked to stop.") % {"count": stopped})
+        if refused:
+            self.message_user(request, _("Not stoppable: %(jobs)s") % {"jobs": ", ".join(refused)}, messages.WARNING)

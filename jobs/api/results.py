@@ -1,0 +1,146 @@
+"""What a job's run left: each rank's end and the "why it failed" card, its metrics, its outputs.
+
+Thin views over the records jobs.outcome, jobs.run_monitor and jobs.outputs keep.
+"""
+
+import tempfile
+from pathlib import PurePosixPath
+
+from django.db.models import Count
+from django.http import FileResponse, Http404
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..access import visible_jobs
+from ..metrics import default_metric_definitions
+from ..outcome import describe_outcome, signal_name
+from ..outputs import stored_file, write_archive
+
+METRIC_POINTS_PAGE = 5000
+
+
+def _job(request, pk):
+    return get_object_or_404(visible_jobs(request.user), pk=pk)
+
+
+def outcome_data(job) -> dict:
+    """The job's end as the API and the results panel show it."""
+    ranks = [
+        {
+            "rank": outcome.rank,
+            "worker": outcome.worker_index,
+            "node": outcome.node_name,
+            "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
+            "signal_name": signal_name(outcome.signal) if outcome.signal else "",
+            "stop_signal": outcome.stop_signal,
+            "ended_at": outcome.ended_at,
+            "how": describe_outcome(outcome),
+        }
+        for outcome in job.rank_outcomes.all()
+    ]
+    hung = None
+    if job.suspected_hung_since:
+        hung = {"since": job.suspected_hung_since, "watchdog_seconds": job.watchdog_seconds, "ranks": job.silent_ranks}
+    return {
+        "id": job.pk,
+        "status": job.status,
+        "exit_code": job.exit_code,
+        "status_message": job.status_message,
+        "stop_reason": job.stop_reason,
+        "suspected_hung": hung,
+        "ranks": ranks,
+        "failure": job.failure or None,
+        "cleanup": job.cleanup_report or None,
+    }
+
+
+class JobOutcome(APIView):
+    def get(self, request, pk):
+        return Response(outcome_data(_job(request, pk)))
+
+
+class JobMetrics(APIView):
+    """The job's metric points after `after` (a point id; 0 for all), with each metric's count and last value."""
+
+    def get(self, request, pk):
+        job = _job(request, pk)
+        try:
+            after = max(int(request.query_params.get("after", 0)), 0)
+        except ValueError:
+            return Response({"after": ["Must be a whole number."]}, status=status.HTTP_400_BAD_REQUEST)
+        definitions = job.metric_definitions or default_metric_definitions()
+        counts = dict(job.metric_points.values("name").annotate(count=Count("id")).values_list("name", "count"))
+        points = list(job.metric_points.filter(id__gt=after).order_by("id")[:METRIC_POINTS_PAGE])
+        metrics = []
+        for definition in definitions:
+            name = definition["name"]
+            count = counts.get(name, 0)
+            last = job.metric_points.filter(name=name).order_by("-id").values("value", "step", "at").first()
+            note = ""
+            if not count:
+                note = ("No log line matched this metric." if job.is_final
+                        else "No log line has matched this metric yet.")
+            metrics.append({"name": name, "regex": definition["regex"], "count": count, "last": last,
+                            "matched": bool(count), "note": note})
+        return Response(
+            {
+                "status": job.status,
+                "final": job.is_final,
+                "metrics": metrics,
+                "points": [
+                    {"id": point.id, "name": point.name, "rank": point.rank, "step": point.step,
+                     "value": point.value, "at": point.at}
+                    for point in points
+                ],
+                "next": points[-1].id if points else after,
+                "more": len(points) == METRIC_POINTS_PAGE,
+            }
+        )
+
+
+class JobOutputs(APIView):
+    def get(self, request, pk):
+        job = _job(request, pk)
+        files = [
+            {
+                "path": item.path,
+                "size": item.size,
+                "kept": item.kept,
+                "url": reverse("api-job-output-file", args=[job.pk, item.path]) if item.kept else None,
+            }
+            for item in job.output_files.all()
+        ]
+        kept = any(item["kept"] for item in files)
+        return Response(
+            {
+                "summary": job.outputs_summary or None,
+                "files": files,
+                "archive_url": reverse("api-job-outputs-archive", args=[job.pk]) if kept else None,
+            }
+        )
+
+
+class JobOutputDownload(APIView):
+    def get(self, request, pk, path):
+        job = _job(request, pk)
+        local = stored_file(job.pk, path)
+        if local is None:
+            raise Http404("No such output file.")
+        return FileResponse(open(local, "rb"), as_attachment=True, filename=PurePosixPath(path).name)
+
+
+class JobOutputsArchive(APIView):
+    def get(self, request, pk):
+        job = _job(request, pk)
+        if not job.output_files.filter(kept=True).exists():
+            raise Http404("This job has no collected output.")
+        # Written to a temporary file first: an archive of many files should not sit in memory.
+        archive = tempfile.TemporaryFile()
+        write_archive(job.pk, archive)
+        archive.seek(0)
+        return FileResponse(archive, as_attachment=True, filename=f"{job.dns_name}-outputs.tar.gz",
+                            content_type="application/gzip")

@@ -1,0 +1,93 @@
+"""Capacity per pool: nodes by state, GPUs free and busy, and how many jobs wait, by spec."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import Count, Sum
+from django.utils.translation import gettext as _
+
+from .models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
+
+STATES = [Node.DisplayState.READY, Node.DisplayState.BUSY, Node.DisplayState.DRAINING, Node.DisplayState.NOT_READY]
+
+
+@dataclass
+class Capacity:
+    """Counts for one spec in one pool, or summed over a pool."""
+
+    label: str
+    nodes: dict[str, int] = field(default_factory=lambda: {state: 0 for state in STATES})
+    gpus_free: int = 0
+    gpus_busy: int = 0
+    queued_jobs: int = 0
+    queued_nodes: int = 0
+
+    @property
+    def node_total(self) -> int:
+        return sum(self.nodes.values())
+
+    @property
+    def node_states(self) -> list[tuple[str, int]]:
+        return [(state, self.nodes[state]) for state in STATES]
+
+    def add(self, other: "Capacity") -> None:
+        for state in STATES:
+            self.nodes[state] += other.nodes[state]
+        self.gpus_free += other.gpus_free
+        self.gpus_busy += other.gpus_busy
+        self.queued_jobs += other.queued_jobs
+        self.queued_nodes += other.queued_nodes
+
+
+@dataclass
+class PoolCapacity:
+    name: str
+    kind: str
+    total: Capacity
+    specs: list[Capacity]
+
+
+def pool_capacity() -> list[PoolCapacity]:
+    """Every pool (and the nodes and jobs of no pool), each with a row per spec that has nodes or queued jobs."""
+    specs = ResourceSpec.objects.in_bulk()
+    rows: dict[int | None, dict[int, Capacity]] = defaultdict(dict)
+
+    def row(pool_id: int | None, spec_id: int) -> Capacity:
+        spec = specs[spec_id]
+        return rows[pool_id].setdefault(spec_id, Capacity(label=f"{spec.name}: {spec.display}"))
+
+    for node in Node.objects.only("pool_id", "spec_id", "enabled", "draining", "state", "allocated_to"):
+        capacity = row(node.pool_id, node.spec_id)
+        state = node.display_state
+        capacity.nodes[state] += 1
+        gpus = specs[node.spec_id].gpu_count
+        if state == Node.DisplayState.READY:
+            capacity.gpus_free += gpus
+        elif node.allocated_to_id:
+            capacity.gpus_busy += gpus
+    queued = (
+        TrainingJob.objects.filter(status=JobStatus.PENDING)
+        .values("pool_id", "spec_id")
+        .annotate(jobs=Count("id"), nodes=Sum("node_count"))
+    )
+    for entry in queued:
+        capacity = row(entry["pool_id"], entry["spec_id"])
+        capacity.queued_jobs += entry["jobs"]
+        capacity.queued_nodes += entry["nodes"] or 0
+
+    pools = []
+    for pool in [*ResourcePool.objects.order_by("name"), None]:
+        pool_id = pool.pk if pool else None
+        if pool is None and not rows.get(None):
+            continue
+        spec_rows = sorted(rows.get(pool_id, {}).values(), key=lambda capacity: capacity.label)
+        total = Capacity(label=_("All specs"))
+        for capacity in spec_rows:
+            total.add(capacity)
+        pools.append(PoolCapacity(
+            name=pool.name if pool else _("(no pool)"),
+            kind=pool.get_kind_display() if pool else ResourcePool.Kind.PUBLIC.label,
+            total=total,
+            specs=spec_rows,
+        ))
+    return pools

@@ -1,0 +1,107 @@
+"""The creation page's live preview: the command a job would run, built by the launch's own code.
+
+The form is bound and validated as for a submission; the job it describes is laid out as the
+pipeline lays it out (jobs.pipeline.launch_inputs, the platform's worker-0 environment), with the
+worker hostnames and SSH port the next job would get. Nothing is saved.
+"""
+
+from django.db.models import Max
+
+from .allocation import nodes_for
+from .code_dirs import python_files
+from .command_builder import JOB_DIR, CommandError, build_launch_command
+from .forms import TrainingJobForm
+from .masking import mask_shell_text, tune_file_names
+from .models import LauncherDefaults, TrainingJob
+from .pipeline import launch_inputs
+from .platform_env import worker_environment, worker_hostname
+from .submission import sshd_port_for
+
+# The fields the command is made of; while one of them is wrong there is no command to show.
+COMMAND_FIELDS = ("engine", "code_dir", "boot_file", "spec", "node_count", "parameters", "env", "extra_args",
+                  "data_url", "train_url")
+
+
+def _errors(form: TrainingJobForm) -> tuple[dict[str, list[str]], list[str]]:
+    """The form's messages by field, and the fields that are only still empty (not wrong)."""
+    found = form.errors.get_json_data()
+    messages = {field: [error["message"] for error in errors] for field, errors in found.items()}
+    empty = [field for field, errors in found.items() if any(error["code"] == "required" for error in errors)]
+    return messages, empty
+
+
+def _job_as_it_would_be(form: TrainingJobForm) -> TrainingJob:
+    data = form.cleaned_data
+    defaults = LauncherDefaults.current()
+    next_id = (TrainingJob.objects.aggregate(last=Max("pk"))["last"] or 0) + 1
+    # Never saved: the id only names the hostnames and picks the port as submission would.
+    return TrainingJob(
+        pk=next_id,
+        name=data.get("name") or "job",
+        engine_version=data["engine"],
+        code_dir=data["code_dir"],
+        boot_file=data["boot_file"],
+        parameters=form.job_parameters(),
+        env=data.get("env") or {},
+        spec=data["spec"],
+        pool=data.get("pool"),
+        node_count=data["node_count"],
+        extra_args=data.get("extra_args", ""),
+        bind_args=defaults.bind_args,
+        x_args=defaults.x_args,
+        mca_args=defaults.mca_args,
+        tune_prefixes=defaults.tune_prefixes,
+        sshd_port=sshd_port_for(next_id, defaults),
+    )
+
+
+def preview(form: TrainingJobForm) -> dict:
+    """What the page shows beside the form: the command, OPENMPI_NP, the hostfile, and the form's errors."""
+    form.is_valid()
+    data = form.cleaned_data
+    errors, empty = _errors(form)
+    code_dir, spec = data.get("code_dir"), data.get("spec")
+    answer = {
+        "ready": False,
+        "errors": errors,
+        "empty": empty,
+        "boot_files": python_files(code_dir) if code_dir else [],
+        "working_dir": f"{JOB_DIR}/{code_dir.name}" if code_dir else "",
+        "max_nodes": None,
+    }
+    if spec:
+        capacity = nodes_for(TrainingJob(spec=spec, pool=data.get("pool"))).filter(enabled=True).count()
+        answer["max_nodes"] = min(spec.max_nodes, capacity) if capacity else spec.max_nodes
+        answer["nodes_in_pool"] = capacity
+        answer["processes_per_node"] = spec.processes_per_node
+    blocking = [field for field in COMMAND_FIELDS if field in errors or (field not in data and form.fields[field].required)]
+    if blocking:
+        answer["blocking"] = blocking
+        return answer
+    job = _job_as_it_would_be(form)
+    hostnames = [worker_hostname(job.dns_name, index) for index in range(job.node_count)]
+    worker0_env = worker_environment(
+        job_dns=job.dns_name,
+        worker_index=0,
+        worker_addresses=[f"<{name} address>" for name in hostnames],
+        gpus_per_node=job.spec.gpu_count,
+        engine_env=job.engine_version.default_env,
+        user_env=job.env,
+    )
+    try:
+        command = build_launch_command(launch_inputs(job, hostnames, worker0_env))
+    except CommandError as error:
+        errors.setdefault(error.field, []).append(error.message)
+        answer["blocking"] = [error.field]
+        return answer
+    answer.update(
+        ready=True,
+        template=mask_shell_text(command.template),
+        expanded=mask_shell_text(command.expanded),
+        np=int(command.variables["OPENMPI_NP"]),
+        hostfile=command.hostfile,
+        tune_names=tune_file_names(command.tune_file),
+        working_dir=command.working_dir,
+        sshd_port=job.sshd_port,
+    )
+    return answer

@@ -1,0 +1,74 @@
+"""What the job pages show of a job, secrets masked: its command, hostfile, tune file and variables."""
+
+from dataclasses import dataclass
+
+from .allocation import waiting_reason
+from .command_builder import JOB_DIR
+from .masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
+from .models import JobStatus, TrainingJob
+from .platform_env import worker_environment
+
+STATE_BADGES = {
+    JobStatus.CREATING: "info",
+    JobStatus.PENDING: "waiting",
+    JobStatus.RUNNING: "running",
+    JobStatus.COMPLETED: "success",
+    JobStatus.FAILED: "danger",
+    JobStatus.TERMINATING: "warning",
+    JobStatus.TERMINATED: "muted",
+    JobStatus.ABNORMAL: "danger",
+}
+
+
+@dataclass(frozen=True)
+class JobDisplay:
+    command_template: str
+    command: str
+    hostfile: str
+    tune_file: str
+    tune_variables: list[ShownVariable]
+    env: list[ShownVariable]
+    parameters: list[ShownVariable]
+    processes: int
+    worker_indexes: list[int]
+    ranks: list[int]
+    working_dir: str
+    waiting_reason: str
+
+
+def worker0_environment(job: TrainingJob) -> dict[str, str]:
+    """Worker-0's variables as the launch computed them, from the job's workers as allocated."""
+    addresses = [worker.address for worker in job.workers.order_by("index")]
+    if not addresses:
+        return dict(job.env)
+    return worker_environment(
+        job_dns=job.dns_name,
+        worker_index=0,
+        worker_addresses=addresses,
+        gpus_per_node=job.spec.gpu_count,
+        engine_env=job.engine_version.default_env,
+        user_env=job.env,
+    )
+
+
+def display(job: TrainingJob) -> JobDisplay:
+    parameters = {item["name"]: item["value"] for item in job.parameters}
+    processes = job.spec.processes_per_node * job.node_count
+    return JobDisplay(
+        command_template=mask_shell_text(job.command_template),
+        command=mask_shell_text(job.command),
+        hostfile=mask_shell_text(job.hostfile),
+        tune_file=job.tune_file,
+        tune_variables=shown_variables(tune_file_names(job.tune_file), worker0_environment(job) if job.tune_file else {}),
+        env=shown_variables(job.env, job.env),
+        parameters=shown_variables(parameters, parameters),
+        processes=processes,
+        worker_indexes=list(range(job.node_count)),
+        ranks=list(range(processes)),
+        working_dir=f"{JOB_DIR}/{job.code_dir.name}",
+        waiting_reason=waiting_reason(job),
+    )
+
+
+def badge(status: str) -> str:
+    return STATE_BADGES.get(status, "muted")

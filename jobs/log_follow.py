@@ -1,0 +1,150 @@
+"""Following a job's log live (Server-Sent Events) and streaming it as a file, without a busy thread per reader.
+
+Under the ASGI server both are async generators run by its event loop; each database read is one
+short call into a thread. The database is the record: a follower reads the lines after its cursor, and
+sleeps on the job's Redis stream (JobNews) until there is news, or looks anyway after a while, so a
+lost message or a Redis restart costs it a little latency and never a line. Each line's event id is
+its sequence number; a reconnecting browser sends it back as Last-Event-ID and resumes right after.
+"""
+
+import json
+import time
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
+from django.http import JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+from rest_framework.authtoken.models import Token
+
+from .access import visible_jobs
+from .forms import LogQueryForm
+from .log_forms import event_cursor
+from .log_store import read_after, rendered_chunk
+from .models import FINAL_STATES, LogLine, TrainingJob
+from .progress import JobNews
+
+EVENT_BATCH_LINES = 1000
+# A comment this often keeps proxies from closing a quiet stream; it is also how long a follower
+# sleeps on Redis before it looks at the database anyway.
+KEEPALIVE_SECONDS = 15.0
+RECONNECT_MILLISECONDS = 1000
+
+
+def line_payload(line: LogLine) -> dict:
+    return {"seq": line.seq, "worker": line.worker_index, "rank": line.rank, "stream": line.stream,
+            "text": line.text, "at": line.at.isoformat()}
+
+
+def _event(kind: str | None, data: dict, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    head += f"event: {kind}\n" if kind else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def _read(job_id: int, cursor: int, query: dict):
+    """The job's state, then the lines after the cursor: lines stored before the state was read are all seen."""
+    job = TrainingJob.objects.filter(pk=job_id).values("status", "log_line_count", "log_lines_dropped").get()
+    page = read_after(job_id, cursor, query, EVENT_BATCH_LINES, total=job["log_line_count"])
+    return job, page
+
+
+async def log_events(job_id: int, cursor: int, query: dict):
+    """The event stream: `message` per line (id = seq), `cursor` when filtered-out lines moved the cursor,
+    `status` when the job's state changes, `end` once the job is over and every line was sent."""
+    news = JobNews(job_id)
+    await news.start()
+    yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
+    sent_status, last_sent = None, time.monotonic()
+    while True:
+        job, page = await sync_to_async(_read)(job_id, cursor, query)
+        parts = []
+        if job["status"] != sent_status:
+            sent_status = job["status"]
+            parts.append(_event("status", {"status": sent_status, "total": job["log_line_count"],
+                                           "dropped": job["log_lines_dropped"]}))
+        parts += [_event(None, line_payload(line), line.seq) for line in page.lines]
+        if page.next != cursor and (not page.lines or page.lines[-1].seq != page.next):
+            parts.append(_event("cursor", {"next": page.next}, page.next))
+        cursor = page.next
+        if parts:
+            yield "".join(parts)
+            last_sent = time.monotonic()
+        if page.more:
+            continue
+        if job["status"] in FINAL_STATES:
+            yield _event("end", {"status": job["status"], "next": cursor})
+            return
+        if not await news.wait(KEEPALIVE_SECONDS) and time.monotonic() - last_sent >= KEEPALIVE_SECONDS:
+            yield ": keep-alive\n\n"
+            last_sent = time.monotonic()
+
+
+def log_file_chunks(request, job_id: int, query: dict, through: int):
+    """The log as the reference platform's files hold it, up to line `through`, a few thousand lines at a time.
+
+    Django consumes a whole iterator of the other kind before sending it (an async one under WSGI, a
+    sync one under ASGI), so the kind follows the server the request came through.
+    """
+    if isinstance(getattr(request, "_request", request), ASGIRequest):
+        return _async_file_chunks(job_id, query, through)
+    return _file_chunks(job_id, query, through)
+
+
+def _file_chunks(job_id: int, query: dict, through: int):
+    after = 0
+    while True:
+        text, after = rendered_chunk(job_id, query, after, through)
+        if after is None:
+            return
+        yield text.encode("utf-8")
+
+
+async def _async_file_chunks(job_id: int, query: dict, through: int):
+    after = 0
+    while True:
+        text, after = await sync_to_async(rendered_chunk)(job_id, query, after, through)
+        if after is None:
+            return
+        yield text.encode("utf-8")
+
+
+async def request_user(request):
+    """The API's two ways in, for an async view: a DRF token, or the browser's session."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Token "):
+        token = await Token.objects.select_related("user").filter(key=header[len("Token "):].strip()).afirst()
+        return token.user if token is not None and token.user.is_active else None
+    user = await request.auser()
+    return user if user.is_authenticated else None
+
+
+def _error(status: int, detail, **headers) -> JsonResponse:
+    body = detail if isinstance(detail, dict) else {"detail": detail}
+    response = JsonResponse(body, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+@require_GET
+async def job_log_events(request, pk: int):
+    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream)."""
+    user = await request_user(request)
+    if user is None:
+        return _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
+    job_id = await visible_jobs(user).filter(pk=pk).values_list("pk", flat=True).afirst()
+    if job_id is None:
+        return _error(404, "No TrainingJob matches the given query.")
+    form = LogQueryForm(request.GET)
+    if not form.is_valid():
+        return _error(400, {name: [error["message"] for error in errors]
+                            for name, errors in form.errors.get_json_data().items()})
+    try:
+        cursor = event_cursor(request.headers.get("Last-Event-ID"), form.cleaned_data["after"])
+    except ValidationError as error:
+        return _error(400, {"Last-Event-ID": error.messages})
+    response = StreamingHttpResponse(log_events(job_id, cursor, form.cleaned_data), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

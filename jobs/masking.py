@@ -1,0 +1,92 @@
+"""Hiding secrets on the pages: a job's command, tune file and variables are shown with secret values masked.
+
+What counts as a secret: a variable or parameter whose name starts with CRED or holds a word such
+as PASSWORD, TOKEN or KEY, and any value that reads like a key (a PEM block, a long random-looking
+string). The stored job keeps its real values; only what is displayed is masked.
+"""
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+MASK = "******"
+
+SECRET_NAME_WORDS = {
+    "SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASS", "TOKEN", "KEY", "APIKEY", "ACCESSKEY", "SECRETKEY",
+    "CREDENTIAL", "CREDENTIALS", "AUTH", "PRIVATE", "SK", "AK", "SIGNATURE", "COOKIE", "SESSION",
+}
+# Long runs of key-like characters holding both letters and digits (access keys, tokens, hashes).
+KEY_LIKE_VALUE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9+/=_\-.]{32,}$")
+SECRET_VALUE_PREFIXES = ("-----BEGIN", "ghp_", "github_pat_", "xox", "sk-", "AKIA")
+# One shell word as shlex.join writes it: unquoted runs, '…' and "…" pieces, glued together.
+SHELL_WORD = re.compile(r"""(?:[^\s'"\\]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""")
+ASSIGNMENT = re.compile(r"^(-{0,2})([A-Za-z_][A-Za-z0-9_-]*)=(.*)$", re.DOTALL)
+
+
+def secret_name(name: str) -> bool:
+    upper = name.upper()
+    if upper.startswith("CRED"):
+        return True
+    return any(word in SECRET_NAME_WORDS for word in re.split(r"[_\-.]+", upper))
+
+
+def secret_value(value: str) -> bool:
+    text = value.strip()
+    return text.startswith(SECRET_VALUE_PREFIXES) or bool(KEY_LIKE_VALUE.match(text))
+
+
+def looks_secret(name: str, value: str) -> bool:
+    return secret_name(name) or secret_value(value)
+
+
+def masked(name: str, value: str) -> str:
+    return MASK if value and looks_secret(name, value) else value
+
+
+def mask_shell_text(text: str) -> str:
+    """Mask the value of every `NAME=value` / `--name=value` word that looks secret, leaving the rest as written."""
+
+    def replace(match: re.Match) -> str:
+        word = match.group(0)
+        try:
+            parts = shlex.split(word)
+        except ValueError:
+            return word
+        if len(parts) != 1:
+            return word
+        assignment = ASSIGNMENT.match(parts[0])
+        if not assignment:
+            return word
+        dashes, name, value = assignment.groups()
+        if not value or not looks_secret(name, value):
+            return word
+        return shlex.quote(f"{dashes}{name}=") + MASK
+
+    return "\n".join(SHELL_WORD.sub(replace, line) for line in text.split("\n"))
+
+
+@dataclass(frozen=True)
+class ShownVariable:
+    name: str
+    value: str
+    is_masked: bool
+
+
+def shown_variables(names: Iterable[str], values: Mapping[str, str]) -> list[ShownVariable]:
+    shown = []
+    for name in names:
+        value = values.get(name, "")
+        hidden = masked(name, value)
+        shown.append(ShownVariable(name=name, value=hidden, is_masked=hidden != value))
+    return shown
+
+
+def tune_file_names(tune_file: str) -> list[str]:
+    """The variable names of a tune file of `-x NAME` lines (a `-x NAME=value` line gives NAME)."""
+    names = []
+    for line in tune_file.splitlines():
+        words = line.split(None, 1)
+        if len(words) == 2 and words[0] == "-x":
+            names.append(words[1].split("=", 1)[0].strip())
+    return names

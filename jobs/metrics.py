@@ -1,0 +1,139 @@
+"""Metrics read from a job's log: definitions (a name and a regular expression, as SageMaker's metric
+definitions are) and the extraction of values, with the step they belong to when the line says one.
+
+Pure: no Django model or database here. The run monitor feeds stored log lines through a
+MetricExtractor; the form checks user definitions with validate_metric_definitions.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+
+# A number as programs print them: 0.5, -1, 3e-05, .25, 1.2E+3, and nan / inf.
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
+# What the defaults catch: `loss=0.123`, `loss: 0.123`, `loss 0.123`, `accuracy=0.9`, `acc: 91.5%`,
+# and the shipped example's `step=3 loss=0.123`; `val_loss`/`train_acc` are metrics of their own.
+DEFAULT_METRIC_DEFINITIONS = [
+    {"name": "loss", "regex": rf"(?<![\w.])(?i:loss)\s*[=:]?\s*({NUMBER})"},
+    {"name": "accuracy", "regex": rf"(?<![\w.])(?i:accuracy|acc)\s*[=:]?\s*({NUMBER})"},
+]
+# A step written on the same line: `step=3`, `step: 3`, `Step 3`, `iter 3`, `iteration=3`, `step 3/100`.
+STEP = re.compile(r"(?<![\w.])(?:global_step|step|iteration|iter)\s*[=:]?\s*(\d+)", re.IGNORECASE)
+
+MAX_DEFINITIONS = 20
+MAX_REGEX_LENGTH = 500
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]{0,63}$")
+# Regular expressions are the user's; a long line is cut before matching so one line cannot cost much.
+MATCH_TEXT_LIMIT = 2000
+
+
+class MetricDefinitionError(ValueError):
+    """A definition that cannot be used; the message says which one and why."""
+
+
+def default_metric_definitions() -> list[dict[str, str]]:
+    return [dict(definition) for definition in DEFAULT_METRIC_DEFINITIONS]
+
+
+def validate_metric_definitions(value) -> list[dict[str, str]]:
+    """Definitions as a job keeps them: a list of {name, regex}, each regex compiling with one value to capture.
+
+    The value is the regex's group named `value`, else its first group; a group named `step` gives the step.
+    """
+    if value in (None, "", []):
+        return []
+    if not isinstance(value, list):
+        raise MetricDefinitionError("Give a list of {name, regex} objects.")
+    if len(value) > MAX_DEFINITIONS:
+        raise MetricDefinitionError(f"At most {MAX_DEFINITIONS} metrics.")
+    cleaned, seen = [], set()
+    for position, item in enumerate(value, start=1):
+        if not isinstance(item, dict) or set(item) - {"name", "regex"} or not {"name", "regex"} <= set(item):
+            raise MetricDefinitionError(f"Metric {position} must be an object with a name and a regex.")
+        name, pattern = str(item["name"]).strip(), str(item["regex"])
+        if not NAME_RE.match(name):
+            raise MetricDefinitionError(
+                f"Metric name {name!r} must start with a letter and hold at most 64 letters, digits or _ . : / -."
+            )
+        if name in seen:
+            raise MetricDefinitionError(f"Metric {name} is given twice.")
+        if not pattern.strip():
+            raise MetricDefinitionError(f"Metric {name}: the regex is empty.")
+        if len(pattern) > MAX_REGEX_LENGTH:
+            raise MetricDefinitionError(f"Metric {name}: the regex is longer than {MAX_REGEX_LENGTH} characters.")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as error:
+            raise MetricDefinitionError(f"Metric {name}: the regex is not valid: {error}.") from None
+        if compiled.groups == 0:
+            raise MetricDefinitionError(
+                f"Metric {name}: the regex captures nothing; put the value in a group, as in loss=(\\S+)."
+            )
+        seen.add(name)
+        cleaned.append({"name": name, "regex": pattern})
+    return cleaned
+
+
+@dataclass(frozen=True)
+class ExtractedPoint:
+    name: str
+    value: float
+    step: int | None
+
+
+class MetricExtractor:
+    """Applies a job's definitions to one log line at a time."""
+
+    def __init__(self, definitions: list[dict[str, str]]):
+        self.definitions = [(item["name"], re.compile(item["regex"])) for item in definitions]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.definitions]
+
+    def extract(self, text: str) -> list[ExtractedPoint]:
+        text = text[:MATCH_TEXT_LIMIT]
+        points = []
+        line_step = None
+        for name, pattern in self.definitions:
+            match = pattern.search(text)
+            if not match:
+                continue
+            value = _number(_group(match, "value"))
+            if value is None:
+                continue
+            step = _integer(match.groupdict().get("step"))
+            if step is None:
+                if line_step is None:
+                    found = STEP.search(text)
+                    line_step = int(found.group(1)) if found else -1
+                step = line_step if line_step >= 0 else None
+            points.append(ExtractedPoint(name, value, step))
+        return points
+
+
+def _group(match: re.Match, name: str) -> str | None:
+    if name in match.re.groupindex:
+        return match.group(name)
+    return match.group(1)
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    cleaned = text.strip().rstrip("%,;")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return None
+    # JSON (the API, the charts) has no NaN or infinity; such a value is not drawn.
+    return value if math.isfinite(value) else None
+
+
+def _integer(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None

@@ -1,0 +1,104 @@
+"""mpirun's tagged output, read back into each rank's lines.
+
+With orte_tag_output, mpirun (Open MPI 4) puts "[jobid,rank]<stream>:" in front of every piece of a
+rank's output it forwards, and after every newline inside a piece, but a piece need not end a line.
+A program that writes a line in two writes (unbuffered Python writes the text, then the newline) comes
+out as "[1,3]<stdout>:text[1,3]<stdout>:" + newline, and another rank's piece can land in between:
+"[1,0]<stdout>:SEQ 0 0[1,2]<stdout>:SEQ 2 0" + newline, then "[1,0]<stdout>:" + newline later.
+
+So the output is read as a stream of tags, text and newlines: text belongs to the rank of the last
+tag on its physical line, and a rank's line is complete when a newline follows a piece of that rank.
+Text before any tag on a physical line is mpirun's own (failures to launch, aborts; it runs on worker-0).
+Each rank's unfinished line is held up to a limit, so memory does not grow with a line that never ends.
+"""
+
+import re
+
+from django.utils import timezone
+
+from .log_store import LogRecord
+from .models import LogStream
+
+TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+# What the end of a chunk may hold of a tag that the next chunk completes.
+TAG_START = re.compile(r"\[\d*(?:,\d*(?:\](?:<[a-z]*>?)?)?)?")
+LONGEST_TAG = 48
+CUT_MARK = " …[line cut]"
+
+
+class MpirunOutput:
+    """One of mpirun's output streams (its stdout or its stderr), fed in chunks of any size."""
+
+    def __init__(self, default_stream: str, processes_per_node: int, max_chars: int):
+        self.default_stream = default_stream
+        self.processes_per_node = max(processes_per_node, 1)
+        self.max_chars = max_chars
+        # The rank and stream of the piece being read on the current physical line (None: mpirun's own).
+        self.current: tuple[int, str] | None = None
+        self.pending: dict[tuple[int, str] | None, str] = {}
+        self.carry = ""
+
+    def feed(self, chunk: str) -> list[LogRecord]:
+        at = timezone.now()  # one reading per chunk: its lines arrived together
+        physical_lines = (self.carry + chunk).split("\n")
+        unfinished = physical_lines.pop()
+        records = []
+        for line in physical_lines:
+            self._read(line, at, records, ends=True)
+        bracket = unfinished.rfind("[")
+        if bracket != -1 and len(unfinished) - bracket < LONGEST_TAG and TAG_START.fullmatch(unfinished, bracket):
+            unfinished, self.carry = unfinished[:bracket], unfinished[bracket:]
+        else:
+            self.carry = ""
+        self._read(unfinished, at, records, ends=False)
+        return records
+
+    def finish(self) -> list[LogRecord]:
+        """The lines that never got their newline (the program ended, or was ended, mid-line)."""
+        at = timezone.now()
+        records = []
+        self._read(self.carry, at, records, ends=False)
+        self.carry = ""
+        return records + [self._complete(key, at) for key in list(self.pending)]
+
+    def _read(self, line: str, at, records: list[LogRecord], ends: bool) -> None:
+        if ends and self.current is None and not self.pending:
+            # The usual case, one whole line of one rank: no piece of it is held, no other tag follows.
+            tag = TAG.match(line)
+            if tag is not None and TAG.search(line, tag.end()) is None:
+                self.current = self._key(tag)
+                self._append(line[tag.end():])
+                records.append(self._complete(self.current, at))
+                self.current = None
+                return
+        position = 0
+        for tag in TAG.finditer(line):
+            self._append(line[position:tag.start()])
+            self.current = self._key(tag)
+            position = tag.end()
+        self._append(line[position:])
+        if ends:
+            records.append(self._complete(self.current, at))
+            self.current = None
+
+    @staticmethod
+    def _key(tag: re.Match) -> tuple[int, str]:
+        return int(tag.group(2)), LogStream.STDOUT if tag.group(3) == "stdout" else LogStream.STDERR
+
+    def _append(self, text: str) -> None:
+        if not text:
+            return
+        held = self.pending.get(self.current, "")
+        if len(held) >= self.max_chars:
+            return
+        if len(held) + len(text) > self.max_chars:
+            text = text[: self.max_chars - len(held)] + CUT_MARK
+        self.pending[self.current] = held + text
+
+    def _complete(self, key: tuple[int, str] | None, at) -> LogRecord:
+        text = self.pending.pop(key, "").rstrip("\r")
+        if key is None:
+            return LogRecord(text=text, stream=self.default_stream, worker_index=0, at=at)
+        rank, stream = key
+        # -map-by slot fills each host's slots in hostfile order, so a rank's worker follows from its number.
+        return LogRecord(text=text, stream=stream, rank=rank, worker_index=rank // self.processes_per_node, at=at)

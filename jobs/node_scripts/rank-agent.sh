@@ -1,0 +1,58 @@
+#!/bin/sh
+# Open MPI's fork agent for every rank of a job (OMPI_MCA_orte_fork_agent): orted runs this script with
+# the rank's command line as its arguments. It runs the rank, records how the rank ended in
+# ~/.mpi/ranks/<rank>, which the teardown reads back, and then ends the way the rank did, so mpirun
+# still reports the rank's own exit code or signal.
+#
+# Signals need no forwarding: mpirun (and the console's stop) signal the rank's whole process group,
+# which holds this script and the rank, SIGTERM first and SIGKILL moments later. So the record is
+# written with shell builtins only, and the stop signal first.
+record="${HOME:-/home/ma-user}/.mpi/ranks/${OMPI_COMM_WORLD_RANK:-unknown}"
+
+# A background job of a script starts with SIGINT and SIGQUIT ignored; where env can, the rank gets
+# them back as a rank started by orted directly has them.
+restore_signals=
+env --default-signal=INT,QUIT true 2>/dev/null && restore_signals="env --default-signal=INT,QUIT --"
+
+# The rank gets the agent's stdin and stderr (a background job would otherwise read /dev/null); the
+# shell's own notices ("Killed") go nowhere, so the log holds only what the rank printed.
+exec 3<&0 4>&2 2>/dev/null
+$restore_signals "$@" <&3 2>&4 3<&- 4>&- &
+rank_pid=$!
+echo "pid=$rank_pid" >"$record"
+
+stopped=
+for name in HUP INT QUIT TERM USR1 USR2; do
+    trap "echo stop=$name >>\"\$record\"; stopped=1" "$name"
+done
+
+while :; do
+    wait "$rank_pid"
+    status=$?
+    # wait also returns when a trapped signal arrives while the rank still runs.
+    kill -0 "$rank_pid" 2>/dev/null || break
+done
+# If that last wait was cut short by a signal, the shell may still hold the rank's real status.
+wait "$rank_pid"
+again=$?
+[ "$again" -ne 127 ] && status=$again
+
+signal=
+if [ "$status" -gt 128 ]; then
+    # The shell's 128+N: the rank died of signal N. (A rank that exits with such a code itself reads the same.)
+    signal=$((status - 128))
+    echo "signal=$signal" >>"$record"
+else
+    echo "exit=$status" >>"$record"
+fi
+# orted SIGKILLs all its ranks' groups as soon as one of them ends after its SIGTERM; a moment's
+# wait gives the agents beside this one the time to record that SIGTERM too.
+[ -n "$stopped" ] && sleep 0.2
+
+if [ -n "$signal" ]; then
+    trap - HUP INT QUIT TERM USR1 USR2
+    ulimit -c 0
+    kill -s "$signal" $$ 2>/dev/null
+    # A signal whose default is to be ignored does not end the agent; the code still tells.
+fi
+exit "$status"

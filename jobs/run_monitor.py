@@ -1,0 +1,168 @@
+"""What runs beside a job's launch: metrics read from its log, the hung-rank watchdog, and auto stop.
+
+Every second or so the monitor reads the log lines stored since its cursor. Each rank's line moves
+that rank's "last heard" time and may hold metric values. A rank silent for longer than the job's
+watchdog time marks the job suspected hung (the job page and the API list the silent ranks); with
+the administrator's leave the monitor then asks the run to stop the job, as it does when the job
+reaches its auto stop limit.
+"""
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Awaitable, Callable
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from .log_store import lines_after, service_line
+from .metrics import MetricExtractor, default_metric_definitions
+from .models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
+
+logger = logging.getLogger(__name__)
+
+MONITOR_INTERVAL_SECONDS = 1.0
+READ_BATCH = 2000
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    reason: str
+    message: str
+
+
+StopCallback = Callable[[str, str], Awaitable[None]]
+
+
+class RunMonitor:
+    def __init__(self, job_id: int, rank_count: int, processes_per_node: int, node_names: dict[int, str],
+                 request_stop: StopCallback, started: datetime | None = None):
+        self.job_id = job_id
+        self.processes_per_node = max(processes_per_node, 1)
+        self.node_names = node_names
+        self.request_stop = request_stop
+        started = started or timezone.now()
+        # A rank that has printed nothing yet has been silent since the launch.
+        self.last_heard = {rank: started for rank in range(rank_count)}
+        self.last_text: dict[int, str] = {}
+        self.cursor = 0
+        self.extractor: MetricExtractor | None = None
+        self.silent: list[int] = []
+        self.stop_task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                request = await sync_to_async(self.tick)()
+            except Exception:  # noqa: BLE001 - a monitor hiccup must not end the job; the next tick retries
+                logger.exception("job %s: monitor tick failed", self.job_id)
+                request = None
+            if request and self.stop_task is None:
+                # Its own task: the teardown it starts must not be cut short when the monitor is cancelled.
+                self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
+            await asyncio.sleep(MONITOR_INTERVAL_SECONDS)
+
+    async def finish(self, task: asyncio.Task) -> None:
+        """Stop the loop, let a stop it began complete, and read the lines the launch stored last."""
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        if self.stop_task is not None:
+            try:
+                await self.stop_task
+            except Exception:  # noqa: BLE001 - the run's own teardown follows anyway
+                logger.exception("job %s: stop by the console failed", self.job_id)
+        await sync_to_async(self.read_new_lines)()
+
+    # The work of one tick, in the database thread.
+
+    def tick(self) -> StopRequest | None:
+        self.read_new_lines()
+        job = TrainingJob.objects.filter(pk=self.job_id).values(
+            "status", "started_at", "auto_stop_hours", "watchdog_seconds", "log_lines_dropped"
+        ).get()
+        if job["status"] != JobStatus.RUNNING:
+            return None
+        now = timezone.now()
+        hours = job["auto_stop_hours"]
+        if hours and job["started_at"] and now - job["started_at"] >= timedelta(hours=hours):
+            return StopRequest(StopReason.AUTO_STOP, f"Stopped by auto stop: the job reached its limit of {hours} h")
+        return self.watch(job, now)
+
+    def read_new_lines(self) -> None:
+        if self.extractor is None:
+            definitions = TrainingJob.objects.values_list("metric_definitions", flat=True).get(pk=self.job_id)
+            self.extractor = MetricExtractor(definitions or default_metric_definitions())
+        points = []
+        while True:
+            lines = list(lines_after(self.job_id, self.cursor, READ_BATCH))
+            for line in lines:
+                self.cursor = line.seq
+                if line.rank is None or line.stream == LogStream.SYSTEM:
+                    continue
+                if line.at > self.last_heard.get(line.rank, line.at - timedelta(seconds=1)):
+                    self.last_heard[line.rank] = line.at
+                self.last_text[line.rank] = line.text[:300]
+                points.extend(
+                    MetricPoint(job_id=self.job_id, name=point.name, rank=line.rank, step=point.step,
+                                value=point.value, at=line.at, seq=line.seq)
+                    for point in self.extractor.extract(line.text)
+                )
+            if len(lines) < READ_BATCH:
+                break
+        if points:
+            self._store_points(points)
+
+    def _store_points(self, points: list[MetricPoint]) -> None:
+        with transaction.atomic():
+            MetricPoint.objects.bulk_create(points)
+            job = TrainingJob.objects.select_for_update().only("final_metrics").get(pk=self.job_id)
+            final = dict(job.final_metrics)
+            for point in points:
+                final[point.name] = point.value
+            TrainingJob.objects.filter(pk=self.job_id).update(final_metrics=final)
+
+    def watch(self, job: dict, now: datetime) -> StopRequest | None:
+        seconds = job["watchdog_seconds"]
+        # Past the log cap the output is no longer stored, so silence can no longer be told from it.
+        if not seconds or job["log_lines_dropped"]:
+            return None
+        silent = sorted(rank for rank, heard in self.last_heard.items() if (now - heard).total_seconds() > seconds)
+        if silent != self.silent:
+            self._record_silence(silent, seconds, now)
+        self.silent = silent
+        if silent and LauncherDefaults.current().watchdog_may_stop:
+            ranks = ", ".join(str(rank) for rank in silent)
+            return StopRequest(StopReason.WATCHDOG,
+                               f"Stopped by the watchdog: rank(s) {ranks} printed nothing for more than {seconds} s")
+        return None
+
+    def _record_silence(self, silent: list[int], seconds: int, now: datetime) -> None:
+        entries = [
+            {
+                "rank": rank,
+                "worker": rank // self.processes_per_node,
+                "node": self.node_names.get(rank // self.processes_per_node, ""),
+                "silent_since": self.last_heard[rank].isoformat(),
+                # What it printed last (a traceback's last line, a stuck step) often says why it stopped.
+                "last_line": self.last_text.get(rank, ""),
+            }
+            for rank in silent
+        ]
+        ranks = ", ".join(str(rank) for rank in silent)
+        with transaction.atomic():
+            if silent:
+                fields = {"silent_ranks": entries}
+                if not self.silent:
+                    fields["suspected_hung_since"] = now
+                TrainingJob.objects.filter(pk=self.job_id).update(**fields)
+                message = f"Suspected hung: rank(s) {ranks} printed nothing for more than {seconds} s"
+            else:
+                TrainingJob.objects.filter(pk=self.job_id).update(suspected_hung_since=None, silent_ranks=[])
+                message = "No longer suspected hung: every rank printed again"
+            JobEvent.objects.create(job_id=self.job_id, kind="watchdog", message=message)
+        service_line(self.job_id, message)

@@ -1,0 +1,91 @@
+// Behaviour every page shares: CSRF for scripted requests, copy buttons, confirmations, auto-submitting filters.
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    const meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.content : "";
+  }
+
+  async function fetchJSON(url, options) {
+    const settings = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
+    settings.headers = Object.assign({ Accept: "application/json" }, settings.headers);
+    if (settings.method && settings.method.toUpperCase() !== "GET") {
+      settings.headers["X-CSRFToken"] = csrfToken();
+    }
+    const response = await fetch(url, settings);
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (error) {
+      body = null;
+    }
+    return { ok: response.ok, status: response.status, body: body };
+  }
+
+  function formatDuration(seconds) {
+    if (seconds === null || seconds === undefined || isNaN(seconds)) return "–";
+    const total = Math.max(Math.floor(seconds), 0);
+    const hours = Math.floor(total / 3600);
+    const minutes = Math.floor((total % 3600) / 60);
+    const secs = total % 60;
+    return hours + ":" + String(minutes).padStart(2, "0") + ":" + String(secs).padStart(2, "0");
+  }
+
+  function jobStates() {
+    const data = document.getElementById("job-states");
+    return data ? JSON.parse(data.textContent) : {};
+  }
+
+  function setBadge(badge, status, states) {
+    const meta = states[status] || { label: status, badge: "muted" };
+    badge.className = "badge badge-" + meta.badge;
+    badge.dataset.status = status;
+    badge.textContent = meta.label;
+  }
+
+  function showActionsFor(container, status, states) {
+    const meta = states[status] || {};
+    container.querySelectorAll('[data-action="stop"]').forEach((form) => { form.hidden = !meta.stoppable; });
+    container.querySelectorAll('[data-action="delete"]').forEach((form) => { form.hidden = !meta.final; });
+  }
+
+  function fillTemplate(template, values) {
+    return template.replace(/\{(\w+)\}/g, (whole, key) => (key in values ? values[key] : whole));
+  }
+
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-copy]");
+    if (!button) return;
+    const source = document.getElementById(button.dataset.copy);
+    if (!source) return;
+    const text = source.textContent;
+    const done = () => {
+      button.classList.add("copied");
+      setTimeout(() => button.classList.remove("copied"), 1200);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, () => {});
+    } else {
+      // Plain-http deployments have no clipboard API; a selected textarea still copies.
+      const area = document.createElement("textarea");
+      area.value = text;
+      document.body.appendChild(area);
+      area.select();
+      try { document.execCommand("copy"); done(); } finally { area.remove(); }
+    }
+  });
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+    }
+  });
+
+  document.addEventListener("change", (event) => {
+    if (event.target.matches("[data-autosubmit]")) event.target.form.requestSubmit();
+  });
+
+  window.Console = { csrfToken, fetchJSON, formatDuration, jobStates, setBadge, showActionsFor, fillTemplate };
+})();

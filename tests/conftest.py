@@ -1,0 +1,162 @@
+"""Real services for the integration and browser tests: a Redis, a Celery worker and a local cluster of SSH nodes.
+
+The worker is a separate process that opens the same test database, so these tests use
+`transactional_db`: what a test writes is committed and the worker sees it. The fixtures live here,
+above both folders, so a run of both starts each service once.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from console import services
+from console.celery import app as celery_app
+from jobs import localcluster, progress
+from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
+from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
+
+# TEST_RUN_ID (0-99) keeps test runs that share this machine apart: their own bridge, subnet and
+# node work directories, apart from any console running here, so each cleans up only its own.
+RUN_ID = int(os.environ.get("TEST_RUN_ID", "0"))
+TEST_NODE_WORK_ROOT = f"/var/lib/training-console/test-jobs-{RUN_ID}"
+CLUSTER_OPTIONS = {"subnet": f"10.79.{RUN_ID}.0/24", "bridge": f"tcit{RUN_ID}br", "prefix": f"tcit{RUN_ID}n"}
+
+
+class RedisServer:
+    """The tests' Redis; restart() ends it and starts an empty one on the same port, as a crash and restart would."""
+
+    def __init__(self, port: int, log_path: Path):
+        self.port, self.log_path = port, log_path
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.process = None
+
+    def start(self) -> None:
+        self.process = services.start_redis(self.port, self.log_path)
+
+    def stop(self) -> None:
+        services.stop(self.process)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+        progress._client.cache_clear()  # its connection was to the server that is gone
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = RedisServer(services.free_port(), tmp_path_factory.mktemp("redis") / "redis.log")
+    server.start()
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = server.url
+    celery_app.conf.broker_url = server.url
+    progress._client.cache_clear()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server):
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    state_dir = Path(settings.VAR_DIR) / "test-localcluster"
+    localcluster.down(state_dir, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
+    nodes = localcluster.up(state_dir, CLUSTER_NODES, **CLUSTER_OPTIONS)
+    yield nodes
+    localcluster.down(state_dir, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
+
+
+def _worker_database_env() -> dict[str, str]:
+    database = connection.settings_dict
+    if database["ENGINE"].endswith("sqlite3"):
+        return {"CONSOLE_SQLITE_PATH": str(database["NAME"])}
+    user = database.get("USER") or ""
+    password = f":{database['PASSWORD']}" if database.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    host = database.get("HOST") or "localhost"
+    port = f":{database['PORT']}" if database.get("PORT") else ""
+    return {"DATABASE_URL": f"postgres://{auth}{host}{port}/{database['NAME']}"}
+
+
+class CeleryWorker:
+    """The tests' Celery worker process. Celery 5.7 with the Redis transport ends the worker (after its
+    running tasks) when Redis goes away under a task it has not acknowledged yet, so a test that restarts
+    Redis restarts the worker afterwards."""
+
+    def __init__(self, env: dict[str, str], log_path: Path):
+        self.env, self.log_path = env, log_path
+        self.process = None
+
+    def start(self) -> None:
+        self.process = services.start_celery_worker(self.env, self.log_path)
+        deadline = time.monotonic() + 60
+        while not self.answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                services.stop(self.process)
+                raise RuntimeError(f"the Celery worker did not start; see {self.log_path}:\n"
+                                   f"{self.log_path.read_text()[-3000:]}")
+
+    @staticmethod
+    def answers() -> bool:
+        # A connection of its own: pooled ones may still point at a Redis that was restarted.
+        with celery_app.connection_for_write() as connection:
+            return bool(celery_app.control.ping(timeout=1.0, connection=connection))
+
+    def stop(self) -> None:
+        services.stop(self.process)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
+    TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
+    settings.NODE_WORK_ROOT = TEST_NODE_WORK_ROOT
+    env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
+           "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT}
+    worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def console(transactional_db, celery_worker, local_cluster):
+    """A console with an MPI engine and the local cluster's nodes registered, as `make run` leaves it."""
+    mpi = Engine.objects.create(name="MPI")
+    engine = EngineVersion.objects.create(engine=mpi, version="local-mpi4py", python="/usr/bin/python3")
+    spec = ResourceSpec.objects.create(
+        name="local-cpu", cpu_cores=CLUSTER_SLOTS, memory_gb=4, cpu_slots_per_node=CLUSTER_SLOTS, network=Network.SOCKET
+    )
+    LauncherDefaults.current()
+    nodes = []
+    for local in local_cluster:
+        node = Node(name=local.name, address=local.address, ssh_port=local.ssh_port, ssh_user=local.ssh_user,
+                    host_key=local.host_public_key, spec=spec)
+        node.private_key = local.private_key_path.read_text()
+        node.save()
+        nodes.append(node)
+    return {"engine": engine, "spec": spec, "nodes": nodes, "cluster": local_cluster}
+
+
+@pytest.fixture
+def programs_dir():
+    return PROGRAMS
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Leave no job container behind even when a test failed halfway.
+    root = Path(TEST_NODE_WORK_ROOT)
+    if root.is_dir() and os.geteuid() == 0:
+        for stop_script in root.glob("*/worker-*/stop-container.sh"):
+            subprocess.run(["sh", str(stop_script), str(stop_script.parent)], capture_output=True, timeout=30)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,461 @@
+"""The back office, driven with the test client, against real SSH nodes of a local cluster of its own."""
+
+import os
+import re
+import subprocess
+import time
+
+import asyncssh
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from console.celery import app as celery_app
+from jobs import tasks
+from jobs.models import (
+    CodeDirectory,
+    Engine,
+    EngineVersion,
+    JobStatus,
+    LauncherDefaults,
+    Network,
+    Node,
+    ResourcePool,
+    ResourceSpec,
+    TrainingJob,
+)
+from jobs.forms import TrainingJobForm
+from jobs.node_health import check_nodes
+from jobs.submission import sshd_port_for, submit_job
+from tests.integration.helpers import code_dir_from_program
+from tests.integration.own_cluster import RUN_ID, own_cluster
+
+NODE_CHANGELIST = "/admin/jobs/node/"
+JOB_CHANGELIST = "/admin/jobs/trainingjob/"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with own_cluster("ah", 81, nodes=2) as own:
+        yield own
+
+
+@pytest.fixture
+def health_cluster(cluster):
+    yield {"nodes": cluster.nodes}
+    # A test may have stopped a node's sshd; the next one finds every node answering again.
+    cluster.restart_dead_sshds()
+
+
+@pytest.fixture
+def operator(transactional_db, redis_url):
+    return get_user_model().objects.create_superuser("operator", "operator@localhost", "operator-password")
+
+
+@pytest.fixture
+def admin_client(operator):
+    client = Client()
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def local_cpu(transactional_db):
+    # What every local node really has, so that nothing is flagged against it.
+    return ResourceSpec.objects.create(name="local-cpu", cpu_cores=1, memory_gb=1, cpu_slots_per_node=1,
+                                       network=Network.SOCKET)
+
+
+def register(local, spec, **fields) -> Node:
+    """A node put straight into the database, its host key pinned, as `localcluster up` registers one."""
+    values = {"name": local.name, "address": local.address, "ssh_port": local.ssh_port, "ssh_user": local.ssh_user,
+              "host_key": local.host_public_key, **fields}
+    node = Node(spec=spec, **values)
+    node.private_key = local.private_key_path.read_text()
+    node.save()
+    return node
+
+
+def node_form(local, spec, **overrides) -> dict:
+    data = {"name": local.name, "address": local.address, "ssh_port": local.ssh_port, "ssh_user": local.ssh_user,
+            "private_key": local.private_key_path.read_text(), "host_key": "", "spec": spec.pk, "pool": "",
+            "enabled": "on", "labels": "", "_save": "Save"}
+    data.update(overrides)
+    return data
+
+
+def run_action(client, changelist: str, action: str, objects) -> str:
+    response = client.post(changelist, {"action": action, "_selected_action": [obj.pk for obj in objects]},
+                           follow=True)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def local_openmpi_version() -> str:
+    first_line = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    return re.search(r"Open MPI\)?\s+v?(\S+)", first_line).group(1)
+
+
+def test_a_node_the_operator_adds_is_checked_over_ssh_and_is_ready_with_what_it_reported(
+        admin_client, health_cluster, local_cpu):
+    local = health_cluster["nodes"][0]
+    key_text = local.private_key_path.read_text()
+
+    response = admin_client.post("/admin/jobs/node/add/", node_form(local, local_cpu, labels="rack=a1\nzone=lab"),
+                                 follow=True)
+
+    assert response.status_code == 200
+    assert f"Health check of {local.name}: Ready, reachable, matches its spec" in response.content.decode()
+    node = Node.objects.get(name=local.name)
+    assert node.display_state == "Ready", node.state_message
+    assert node.host_key == local.host_public_key, "the host key seen on first contact is pinned"
+    assert node.last_seen is not None and node.last_checked_at is not None
+    assert node.labels == {"rack": "a1", "zone": "lab"}
+    facts = node.health
+    assert facts["cpu_cores"] == os.cpu_count()
+    assert facts["memory_gb"] > 0
+    assert "eth0" in facts["interfaces"]
+    assert facts["socket_ifnames"]["found"] == ["eth0"]
+    assert facts["openmpi"] == local_openmpi_version()
+    assert facts["python"].startswith("3.")
+    assert facts["gpus"] == [] and facts["rdma"] == []
+    # The key is sealed in the database and never rendered back.
+    assert node.private_key == key_text
+    key_body = key_text.splitlines()[1]
+    assert key_body not in node.sealed_private_key
+    assert key_body not in admin_client.get(f"/admin/jobs/node/{node.pk}/change/").content.decode()
+    listing = admin_client.get(NODE_CHANGELIST).content.decode()
+    assert f"Open MPI {facts['openmpi']}" in listing and ">Ready<" in listing
+
+
+def test_the_operator_edits_a_node_without_retyping_its_key_and_the_saved_key_is_kept(
+        admin_client, health_cluster, local_cpu):
+    local = health_cluster["nodes"][0]
+    node = register(local, local_cpu)
+    change = f"/admin/jobs/node/{node.pk}/change/"
+    form = node_form(local, local_cpu, private_key="", host_key=local.host_public_key, labels="gpu=none")
+
+    refused = admin_client.post(change, {**form, "private_key": "not a key"})
+    saved = admin_client.post(change, form)
+
+    assert "This is not a usable private key" in refused.content.decode()
+    assert saved.status_code == 302
+    node.refresh_from_db()
+    assert node.labels == {"gpu": "none"}
+    assert node.private_key == local.private_key_path.read_text()
+    assert node.last_checked_at is None, "nothing about reaching the node changed, so no check ran"
+
+
+def test_a_node_whose_sshd_is_stopped_becomes_not_ready_with_the_reason(admin_client, health_cluster, cluster,
+                                                                       local_cpu):
+    local = health_cluster["nodes"][1]
+    node = register(local, local_cpu)
+    cluster.stop_sshd(local.name)
+
+    page = run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
+
+    node.refresh_from_db()
+    assert node.display_state == "NotReady"
+    assert node.state_message == (
+        f"{local.name}: SSH to {local.address}:22 failed: connection refused (is sshd running?)")
+    assert "connection refused" in page and ">NotReady<" in page
+
+
+def test_an_address_where_nothing_answers_is_not_ready_within_the_timeout(admin_client, health_cluster, local_cpu):
+    local = health_cluster["nodes"][0]
+    nobody = register(local, local_cpu, name="nobody", address=f"10.81.{RUN_ID}.200")
+    settings.SSH_CONNECT_TIMEOUT, original = 2, settings.SSH_CONNECT_TIMEOUT
+    try:
+        started = time.monotonic()
+        result, = check_nodes([nobody])
+        elapsed = time.monotonic() - started
+    finally:
+        settings.SSH_CONNECT_TIMEOUT = original
+
+    nobody.refresh_from_db()
+    assert not result.ready and nobody.state == Node.State.NOT_READY
+    assert nobody.state_message.startswith(f"nobody: SSH to 10.81.{RUN_ID}.200:22 failed: ")
+    assert elapsed < 2 * 2 + 2, f"the check took {elapsed:.1f} s"
+
+
+def test_a_node_that_shows_another_host_key_than_the_pinned_one_is_refused(admin_client, health_cluster, local_cpu):
+    local = health_cluster["nodes"][0]
+    other_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().strip()
+
+    response = admin_client.post("/admin/jobs/node/add/", node_form(local, local_cpu, host_key=other_key), follow=True)
+
+    node = Node.objects.get(name=local.name)
+    assert node.display_state == "NotReady"
+    assert "the host key does not match the pinned key" in node.state_message
+    assert node.host_key == other_key, "a refused key must not replace the pinned one"
+    assert "host key does not match" in response.content.decode()
+
+
+def test_what_contradicts_the_spec_is_flagged_in_the_node_list(admin_client, health_cluster):
+    promised = ResourceSpec.objects.create(name="v100-ib", gpu_count=8, gpu_model="NVIDIA-V100", cpu_cores=1,
+                                           memory_gb=1, network=Network.INFINIBAND)
+    node = register(health_cluster["nodes"][0], promised)
+
+    page = run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
+
+    node.refresh_from_db()
+    assert node.display_state == "Ready", "a contradiction is flagged, the node is still reachable"
+    assert "⚠ 0 GPU(s) found, the spec promises 8" in page
+    assert "⚠ no InfiniBand device on an InfiniBand flavor" in page
+
+
+def test_the_periodic_check_brings_back_a_node_that_answers_again_and_skips_disabled_ones(health_cluster, local_cpu,
+                                                                                         redis_url):
+    back = register(health_cluster["nodes"][0], local_cpu, state=Node.State.NOT_READY, state_message="was unreachable")
+    disabled = register(health_cluster["nodes"][0], local_cpu, name="disabled", enabled=False)
+
+    tasks.check_nodes()
+
+    back.refresh_from_db()
+    disabled.refresh_from_db()
+    assert back.display_state == "Ready" and back.state_message == ""
+    assert disabled.last_checked_at is None
+    entry = settings.CELERY_BEAT_SCHEDULE["check-node-health"]
+    assert entry["task"] == "jobs.tasks.check_nodes" and entry["task"] in celery_app.tasks
+
+
+class NamespacedProcess:
+    """A process alone in a PID namespace, as a job container's processes are."""
+
+    def __init__(self):
+        self.launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "300"])
+        deadline = time.monotonic() + 10
+        while not (children := subprocess.run(["pgrep", "-P", str(self.launcher.pid)], capture_output=True,
+                                              text=True).stdout.split()):
+            assert time.monotonic() < deadline, "the namespaced process did not start"
+            time.sleep(0.05)
+        self.pid = int(children[0])
+        self.pidns = os.readlink(f"/proc/{self.pid}/ns/pid")
+
+    def end(self) -> None:
+        self.launcher.kill()
+        self.launcher.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{self.pid}"):
+            assert time.monotonic() < deadline, "the namespaced process did not end"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def process_in_own_pid_namespace():
+    process = NamespacedProcess()
+    yield process
+    process.end()
+
+
+def test_a_node_with_processes_of_an_ended_job_left_stays_not_ready_until_they_are_gone(
+        health_cluster, local_cpu, make_job, process_in_own_pid_namespace, tmp_path, settings):
+    settings.NODE_WORK_ROOT = str(tmp_path)
+    leftover = process_in_own_pid_namespace
+    hosting, neighbour = (register(local, local_cpu) for local in health_cluster["nodes"])
+    ended = make_job("ended", status=JobStatus.FAILED)
+    ended.workers.create(index=0, node=hosting, node_name=hosting.name, address=hosting.address, hostname="w0")
+    container = tmp_path / ended.dns_name / "worker-0"
+    container.mkdir(parents=True)
+    (container / "container.pidns").write_text(leftover.pidns + "\n")
+
+    check_nodes([hosting, neighbour])
+
+    hosting.refresh_from_db()
+    neighbour.refresh_from_db()
+    assert hosting.display_state == "NotReady"
+    assert hosting.state_message == f"processes of ended jobs are still running: {container} (1 process(es))"
+    assert neighbour.display_state == "Ready", "the work directories are shared here, the leftover is not its own"
+
+    leftover.end()
+    check_nodes([hosting])
+    hosting.refresh_from_db()
+    assert hosting.display_state == "Ready"
+
+
+def test_the_operator_drains_a_busy_node_and_enables_it_again(admin_client, health_cluster, local_cpu):
+    node = register(health_cluster["nodes"][0], local_cpu)
+
+    page = run_action(admin_client, NODE_CHANGELIST, "drain", [node])
+    node.refresh_from_db()
+    assert node.draining and node.display_state == "Draining" and ">Draining<" in page
+
+    run_action(admin_client, NODE_CHANGELIST, "enable", [node])
+    node.refresh_from_db()
+    assert not node.draining and node.display_state == "Ready"
+
+
+def test_the_node_list_filters_by_the_state_it_shows(admin_client, health_cluster, local_cpu, make_job):
+    local = health_cluster["nodes"][0]
+    register(local, local_cpu, name="idle")
+    register(local, local_cpu, name="working", allocated_to=make_job("running", status=JobStatus.RUNNING))
+    register(local, local_cpu, name="leaving", draining=True)
+    register(local, local_cpu, name="broken", state=Node.State.NOT_READY)
+    register(local, local_cpu, name="switched-off", enabled=False)
+
+    def listed(state):
+        page = admin_client.get(NODE_CHANGELIST, {"display_state": state}).content.decode()
+        return sorted(re.findall(r'class="field-name"><a href="[^"]+">([^<]+)</a>', page))
+
+    assert listed("Ready") == ["idle"]
+    assert listed("Busy") == ["working"]
+    assert listed("Draining") == ["leaving"]
+    assert listed("NotReady") == ["broken", "switched-off"]
+
+
+def test_every_back_office_page_opens_for_the_operator(admin_client, make_job):
+    job = make_job("shown")
+    pages = ["/admin/", "/admin/jobs/trainingjob/", f"/admin/jobs/trainingjob/{job.pk}/change/"]
+    for model in ("resourcespec", "resourcepool", "node", "engine"):
+        pages += [f"/admin/jobs/{model}/", f"/admin/jobs/{model}/add/"]
+    pages += [f"/admin/jobs/resourcespec/{job.spec_id}/change/",
+              f"/admin/jobs/engine/{job.engine_version.engine_id}/change/"]
+
+    for page in pages:
+        assert admin_client.get(page).status_code == 200, page
+
+
+def test_a_stranger_without_staff_rights_cannot_open_the_back_office(transactional_db):
+    stranger = get_user_model().objects.create_user("stranger", password="stranger-password")
+    client = Client()
+    client.force_login(stranger)
+
+    response = client.get(NODE_CHANGELIST)
+
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+# ---- Jobs, specs, engines, launcher defaults ----
+
+@pytest.fixture
+def owner(transactional_db):
+    return get_user_model().objects.create_user("owner", password="owner-password")
+
+
+@pytest.fixture
+def make_job(owner):
+    engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="v1")
+    code_dir = CodeDirectory.objects.create(name="code", path="/nowhere")
+    # No node has this spec, so no dispatcher anywhere can start these jobs behind the test's back.
+    spec = ResourceSpec.objects.create(name="nowhere", cpu_cores=1, memory_gb=1)
+
+    def make_job(name, status=JobStatus.PENDING, pool=None, user=None) -> TrainingJob:
+        return TrainingJob.objects.create(
+            name=name, owner=user or owner, engine_version=engine, code_dir=code_dir, boot_file="train.py",
+            spec=spec, pool=pool, status=status, bind_args="", x_args="", mca_args="", tune_prefixes="MA_")
+
+    return make_job
+
+
+def test_jobs_are_read_only_records_filtered_by_state_pool_and_owner(admin_client, make_job, operator):
+    pool = ResourcePool.objects.create(name="team-a", kind=ResourcePool.Kind.DEDICATED)
+    queued = make_job("queued-in-team-a", pool=pool)
+    make_job("done-elsewhere", status=JobStatus.COMPLETED)
+    make_job("operators-own", user=operator)
+
+    by_state = admin_client.get(JOB_CHANGELIST, {"status__exact": "Completed"}).content.decode()
+    by_pool = admin_client.get(JOB_CHANGELIST, {"pool__id__exact": pool.pk}).content.decode()
+    by_owner = admin_client.get(JOB_CHANGELIST, {"owner__id__exact": operator.pk}).content.decode()
+
+    assert "done-elsewhere" in by_state and "queued-in-team-a" not in by_state
+    assert "queued-in-team-a" in by_pool and "done-elsewhere" not in by_pool
+    assert "operators-own" in by_owner and "queued-in-team-a" not in by_owner
+    today = queued.created_at
+    by_date = admin_client.get(JOB_CHANGELIST, {"created_at__year": today.year, "created_at__month": today.month,
+                                                "created_at__day": today.day})
+    assert by_date.status_code == 200 and "queued-in-team-a" in by_date.content.decode()
+    change_page = admin_client.get(f"{JOB_CHANGELIST}{queued.pk}/change/").content.decode()
+    assert 'name="_save"' not in change_page and "position 1 in the queue" in change_page
+    response = admin_client.post(f"{JOB_CHANGELIST}{queued.pk}/change/", {"name": "renamed", "_save": "Save"})
+    assert response.status_code == 403
+    assert TrainingJob.objects.get(pk=queued.pk).name == "queued-in-team-a"
+    assert admin_client.get(f"{JOB_CHANGELIST}add/").status_code == 403
+
+
+def test_the_operator_stops_selected_jobs_and_is_told_which_could_not_be(admin_client, make_job):
+    queued = make_job("queued")
+    done = make_job("done", status=JobStatus.COMPLETED)
+
+    page = run_action(admin_client, JOB_CHANGELIST, "stop_selected", [queued, done])
+
+    assert TrainingJob.objects.get(pk=queued.pk).status == JobStatus.TERMINATED
+    assert TrainingJob.objects.get(pk=done.pk).status == JobStatus.COMPLETED
+    assert "1 job(s) asked to stop." in page and "Not stoppable: done (Completed)" in page
+
+
+def test_the_spec_list_shows_each_flavor_as_the_reference_writes_it(admin_client):
+    ResourceSpec.objects.create(name="v100x8", gpu_count=8, gpu_model="NVIDIA-V100", cpu_cores=72, memory_gb=512,
+                                network=Network.INFINIBAND)
+
+    page = admin_client.get("/admin/jobs/resourcespec/").content.decode()
+
+    assert "GPU: 8 × NVIDIA-V100 | CPU: 72 cores | Memory: 512 GB" in page
+
+
+def test_the_operator_adds_an_engine_version_with_its_interpreter_and_environment(admin_client):
+    formset = {"versions-TOTAL_FORMS": "1", "versions-INITIAL_FORMS": "0", "versions-MIN_NUM_FORMS": "0",
+               "versions-MAX_NUM_FORMS": "1000", "versions-0-version": "horovod_0.22.1-pytorch_1.8.0-cuda_10.2-py_3.7",
+               "versions-0-python": "/usr/bin/python3", "_save": "Save"}
+
+    refused = admin_client.post("/admin/jobs/engine/add/", {**formset, "name": "Horovod",
+                                                             "versions-0-default_env": '{"1BAD": "x"}'})
+    saved = admin_client.post("/admin/jobs/engine/add/", {**formset, "name": "Horovod",
+                                                           "versions-0-default_env": '{"NCCL_DEBUG": "INFO"}'})
+
+    assert refused.status_code == 200 and "is not a valid variable name" in refused.content.decode()
+    assert saved.status_code == 302
+    version = EngineVersion.objects.get(engine__name="Horovod")
+    assert (version.python, version.default_env) == ("/usr/bin/python3", {"NCCL_DEBUG": "INFO"})
+
+
+def test_launcher_defaults_changed_by_the_operator_apply_to_new_jobs_only(admin_client, make_job, owner):
+    defaults = LauncherDefaults.current()
+    change = f"/admin/jobs/launcherdefaults/{defaults.pk}/change/"
+    assert admin_client.get("/admin/jobs/launcherdefaults/").url == change
+    form = {"bind_args": defaults.bind_args, "x_args": defaults.x_args + " -x NCCL_IB_HCA=mlx5",
+            "mca_args": defaults.mca_args, "tune_prefixes": defaults.tune_prefixes, "sshd_port_min": 40000,
+            "sshd_port_max": 40099, "_save": "Save"}
+
+    reserved = admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/", {**form, "mca_args": "-np 64"})
+    reversed_range = admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/",
+                                       {**form, "sshd_port_min": 40100})
+    assert "-np is set by the platform" in reserved.content.decode()
+    assert "The range ends before it starts." in reversed_range.content.decode()
+
+    code_dir_from_program("defaults-probe", "probe.py")
+    job_form = {"name": "before", "engine": "v1", "code_dir": "defaults-probe", "boot_file": "probe.py",
+                "spec": "nowhere", "node_count": 1}
+    before = submit_job(_valid(TrainingJobForm(job_form)), owner)
+
+    assert admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/", form).status_code == 302
+    after = submit_job(_valid(TrainingJobForm({**job_form, "name": "after"})), owner)
+
+    before.refresh_from_db()
+    assert "NCCL_IB_HCA" not in before.x_args and "NCCL_IB_HCA=mlx5" in after.x_args
+    assert 40000 <= after.sshd_port <= 40099
+    assert after.sshd_port == sshd_port_for(after.pk, LauncherDefaults.current())
+
+
+def _valid(form):
+    assert form.is_valid(), form.errors
+    return form
+
+
+def test_the_capacity_page_counts_nodes_by_state_gpus_and_the_queue_per_pool(admin_client, health_cluster, make_job):
+    pool = ResourcePool.objects.create(name="gpu-pool", kind=ResourcePool.Kind.DEDICATED)
+    gpu = ResourceSpec.objects.create(name="a100", gpu_count=8, gpu_model="NVIDIA-A100", cpu_cores=96, memory_gb=1024)
+    local = health_cluster["nodes"][0]
+    running = make_job("running", status=JobStatus.RUNNING, pool=pool)
+    for index, fields in enumerate([{}, {}, {"allocated_to": running}, {"draining": True},
+                                    {"state": Node.State.NOT_READY}]):
+        register(local, gpu, name=f"gpu-{index}", pool=pool, **fields)
+    queued_job = make_job("waiting", pool=pool)
+    TrainingJob.objects.filter(pk=queued_job.pk).update(spec=gpu, node_count=3)
+
+    page = admin_client.get("/capacity").content.decode()
+
+    section = page[page.index("gpu-pool"):]
+    cells = re.findall(r"<td[^>]*>(\d+)</td>", section[section.index("a100:"):])[:8]
+    # Ready, Busy, Draining, NotReady, GPUs free, GPUs busy, queued jobs, nodes asked for
+    assert cells == ["2", "1", "1", "1", "16", "8", "1", "3"]

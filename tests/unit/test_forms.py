@@ -1,0 +1,173 @@
+"""The job form as the creation page uses it: rows, auto stop, Rebuild's initial data, the command preview."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.http import QueryDict
+
+from jobs.code_dirs import register
+from jobs.command_preview import preview
+from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
+from jobs.masking import MASK
+from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec, TrainingJob
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    code = tmp_path / "mnist"
+    (code / "models").mkdir(parents=True)
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "models" / "net.py").write_text("")
+    (code / "README.md").write_text("")
+    engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="mpi-4.1", python="/usr/bin/python3")
+    spec = ResourceSpec.objects.create(name="cpu-2", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4)
+    LauncherDefaults.current()
+    return {"engine": engine, "spec": spec, "code_dir": register("mnist", code)}
+
+
+def page_post(catalog, **overrides) -> QueryDict:
+    """The creation page's POST: scalar fields plus rows of name/value inputs, as the browser sends them."""
+    fields = {
+        "name": "job-1", "description": "", "engine": catalog["engine"].pk, "code_dir": catalog["code_dir"].pk,
+        "boot_file": "train.py", "data_url": "/cache/data", "train_url": "", "spec": catalog["spec"].pk, "pool": "",
+        "node_count": "1", "extra_args": "", "auto_stop": "", "auto_stop_custom": "",
+        "param_name": ["lr", "epochs"], "param_value": ["0.01", "3"], "env_name": ["GREETING"], "env_value": ["olá  mundo "],
+    }
+    fields.update(overrides)
+    post = QueryDict(mutable=True)
+    for key, value in fields.items():
+        post.setlist(key, [str(item) for item in value] if isinstance(value, list) else [str(value)])
+    return post
+
+
+def test_page_rows_become_the_lists_the_api_posts_and_blank_rows_are_dropped(catalog):
+    post = page_post(catalog, param_name=["lr", "", "epochs"], param_value=["0.01", "", "3"])
+
+    form = TrainingJobForm(page_data(post))
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["parameters"] == [{"name": "lr", "value": "0.01"}, {"name": "epochs", "value": "3"}]
+    assert form.cleaned_data["env"] == {"GREETING": "olá  mundo "}, "values are kept verbatim"
+    assert form.job_parameters()[0] == {"name": "data_url", "value": "/cache/data"}
+
+
+def test_a_variable_given_twice_on_the_page_is_refused_naming_it(catalog):
+    form = TrainingJobForm(page_data(page_post(catalog, env_name=["A", "A"], env_value=["1", "2"])))
+
+    assert not form.is_valid()
+    assert form.errors["env"] == ["Variable A is given twice."]
+
+
+def test_platform_names_and_too_many_variables_are_refused(catalog):
+    reserved = TrainingJobForm(page_data(page_post(catalog, env_name=["MA_HOME"], env_value=["x"])))
+    too_many = TrainingJobForm(page_data(page_post(
+        catalog, env_name=[f"V{n}" for n in range(MAX_ENV_VARS + 1)], env_value=["x"] * (MAX_ENV_VARS + 1))))
+
+    assert "reserved for the platform" in reserved.errors["env"][0]
+    assert too_many.errors["env"] == [f"At most {MAX_ENV_VARS} environment variables."]
+
+
+@pytest.mark.parametrize(("choice", "custom", "hours"), [("", "", None), ("4", "", 4), ("custom", "36", 36)])
+def test_auto_stop_choices_become_hours(catalog, choice, custom, hours):
+    form = TrainingJobForm(page_data(page_post(catalog, auto_stop=choice, auto_stop_custom=custom)))
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["auto_stop_hours"] == hours
+
+
+@pytest.mark.parametrize(("choice", "custom", "field"), [("custom", "", "auto_stop_custom"), ("custom", "73", "auto_stop_custom"), ("3", "", "auto_stop")])
+def test_a_wrong_auto_stop_is_refused_on_its_own_field(catalog, choice, custom, field):
+    form = TrainingJobForm(page_data(page_post(catalog, auto_stop=choice, auto_stop_custom=custom)))
+
+    assert not form.is_valid()
+    assert list(form.errors) == [field]
+
+
+def test_the_api_shape_still_validates_with_no_page_field(catalog):
+    form = TrainingJobForm({"name": "api-job", "engine": "mpi-4.1", "code_dir": "mnist", "boot_file": "models/net.py",
+                            "spec": "cpu-2", "node_count": 1, "env": {"TOKEN": "x"}, "auto_stop_hours": 5,
+                            "parameters": [{"name": "lr", "value": 0.1}]})
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["auto_stop_hours"] == 5
+    assert form.cleaned_data["env"] == {"TOKEN": "x"}
+
+
+def test_an_invalid_name_and_a_boot_file_outside_the_code_directory_get_their_messages_and_the_rest_is_kept(catalog):
+    form = TrainingJobForm(page_data(page_post(catalog, name="bad name!", boot_file="../escape.py", description="kept")))
+
+    assert not form.is_valid()
+    assert set(form.errors) == {"name", "boot_file"}
+    assert form.errors["boot_file"] == ["Give a path inside the code directory, such as train.py."]
+    assert form["description"].value() == "kept"
+    assert form.parameter_rows == [{"name": "lr", "value": "0.01"}, {"name": "epochs", "value": "3"}]
+    assert form.env_rows == [{"name": "GREETING", "value": "olá  mundo "}]
+
+
+def test_a_boot_file_that_is_not_a_python_file_of_the_directory_is_refused(catalog):
+    form = TrainingJobForm(page_data(page_post(catalog, boot_file="missing.py")))
+
+    assert form.errors["boot_file"] == ["missing.py is not a Python file of mnist."]
+
+
+def test_a_fresh_form_offers_a_generated_name_that_the_form_accepts():
+    first, second = TrainingJobForm(), TrainingJobForm()
+
+    assert first.initial["name"] != second.initial["name"]
+    assert "name" not in TrainingJobForm({"name": first.initial["name"]}).errors
+
+
+def test_rebuild_fills_the_form_with_what_resubmits_as_the_same_job(catalog):
+    owner = get_user_model().objects.create_user("owner")
+    original = TrainingJobForm(page_data(page_post(catalog, auto_stop="custom", auto_stop_custom="10", node_count="2")))
+    assert original.is_valid(), original.errors
+    job = TrainingJob.objects.create(
+        owner=owner, name="job-1", engine_version=catalog["engine"], code_dir=catalog["code_dir"], boot_file="train.py",
+        parameters=original.job_parameters(), env=original.cleaned_data["env"], spec=catalog["spec"], node_count=2,
+        auto_stop_hours=10)
+
+    initial = TrainingJobForm.initial_from_job(job)
+    rows = TrainingJobForm(initial=initial)
+    resubmitted = TrainingJobForm(page_data(page_post(
+        catalog, **{key: "" if value is None else value for key, value in initial.items() if key not in ("parameters", "env")},
+        param_name=[row["name"] for row in rows.parameter_rows], param_value=[row["value"] for row in rows.parameter_rows],
+        env_name=[row["name"] for row in rows.env_rows], env_value=[row["value"] for row in rows.env_rows])))
+
+    assert initial["data_url"] == "/cache/data" and initial["auto_stop"] == "custom"
+    assert resubmitted.is_valid(), resubmitted.errors
+    assert resubmitted.job_parameters() == job.parameters
+    assert resubmitted.cleaned_data["env"] == job.env
+    assert resubmitted.cleaned_data["auto_stop_hours"] == 10
+    assert resubmitted.cleaned_data["node_count"] == 2
+
+
+def test_the_preview_shows_the_command_for_the_node_count(catalog):
+    one = preview(TrainingJobForm(page_data(page_post(catalog, node_count="1"))))
+    two = preview(TrainingJobForm(page_data(page_post(catalog, node_count="2"))))
+
+    assert one["ready"] and two["ready"]
+    assert (one["np"], two["np"]) == (2, 4)
+    assert one["expanded"].startswith("mpirun -np 2 -hostfile /home/ma-user/.mpi/hostfile ")
+    assert two["expanded"].endswith("/home/ma-user/user-job-dir/mnist/train.py --data_url=/cache/data --lr=0.01 --epochs=3")
+    assert two["template"].startswith("mpirun -np ${OPENMPI_NP} -hostfile ${OPENMPI_HOST_FILE_PATH}")
+    assert two["hostfile"].splitlines() == ["job-1-1-worker-0 slots=2", "job-1-1-worker-1 slots=2"]
+    assert two["working_dir"] == "/home/ma-user/user-job-dir/mnist"
+    assert one["boot_files"] == ["train.py", "models/net.py"]
+    assert "MA_NUM_HOSTS" in two["tune_names"]
+
+
+def test_the_preview_names_what_keeps_it_from_building_a_command_and_ignores_the_name(catalog):
+    answer = preview(TrainingJobForm(page_data(page_post(catalog, name="bad name!", boot_file="/etc/passwd.py"))))
+
+    assert not answer["ready"]
+    assert answer["blocking"] == ["boot_file"]
+    assert set(answer["errors"]) == {"name", "boot_file"}
+
+
+def test_the_preview_masks_a_secret_parameter(catalog):
+    answer = preview(TrainingJobForm(page_data(page_post(catalog, param_name=["api_token"], param_value=["s3cr3t-v4lue"]))))
+
+    assert answer["ready"]
+    assert "s3cr3t-v4lue" not in answer["expanded"]
+    assert f"--api_token={MASK}" in answer["expanded"]

@@ -1,0 +1,187 @@
+"""The log store: gapless numbering, the cap, filters done by the database, cursors that neither skip nor repeat."""
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings as hypothesis_settings, strategies as st
+
+from jobs.log_store import LogRecord, SCAN_WINDOW, first_error, read_after, read_before, store_lines
+from jobs.models import LauncherDefaults, LogLine, LogStream
+from tests.unit.log_helpers import make_job, quiet_redis, rank_line, store, system_line  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]
+
+
+def texts(job):
+    return list(job.log_lines.order_by("seq").values_list("text", flat=True))
+
+
+def test_lines_of_several_batches_are_numbered_one_to_n_in_order():
+    job = make_job()
+    store(job, [rank_line(0, "a"), rank_line(1, "b")])
+    store(job, [system_line("c")])
+    assert store(job, [rank_line(3, "d")]) == 4
+    assert list(job.log_lines.order_by("seq").values_list("seq", "text")) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    job.refresh_from_db()
+    assert job.log_line_count == 4
+
+
+def test_the_cap_stops_the_output_with_one_note_while_platform_lines_are_still_stored():
+    job = make_job(log_cap_bytes=10)
+    first = store_lines(job.pk, [rank_line(0, "1234"), rank_line(0, "5678")])  # 5 + 5 bytes with newlines
+    assert not first.capped
+    second = store_lines(job.pk, [rank_line(0, "over"), system_line("Training end with return code: 0"), rank_line(1, "more")])
+    assert second.capped
+    third = store_lines(job.pk, [rank_line(0, "still dropped"), system_line("worker-0: container removed")],
+                        dropped_before=5)
+    assert third.capped
+
+    lines = list(job.log_lines.order_by("seq"))
+    assert [line.text for line in lines][:2] == ["1234", "5678"]
+    notes = [line for line in lines if line.text.startswith("Log cap reached")]
+    assert len(notes) == 1 and notes[0].stream == LogStream.SYSTEM and notes[0].seq == 3
+    assert "10 bytes" in notes[0].text and "keeps running" in notes[0].text
+    assert [line.text for line in lines[3:]] == ["Training end with return code: 0", "worker-0: container removed"]
+    job.refresh_from_db()
+    assert job.log_lines_dropped == 1 + 1 + 1 + 5
+    assert job.log_bytes == 10
+    assert list(job.log_lines.values_list("seq", flat=True).order_by("seq")) == list(range(1, 6))
+
+
+def test_a_job_without_its_own_cap_takes_the_admin_setting_when_its_log_starts():
+    defaults = LauncherDefaults.current()
+    defaults.log_cap_bytes = 6
+    defaults.save()
+    job = make_job()
+    assert store_lines(job.pk, [rank_line(0, "12345"), rank_line(0, "x")]).capped
+    job.refresh_from_db()
+    assert job.log_cap_bytes == 6
+    defaults.log_cap_bytes = 10**9
+    defaults.save()
+    assert store_lines(job.pk, [rank_line(0, "y")]).capped, "a job keeps the cap it started with"
+
+
+def test_a_cap_of_zero_stores_everything():
+    job = make_job(log_cap_bytes=0)
+    assert not store_lines(job.pk, [rank_line(0, "x" * 1000)] * 50).capped
+    assert job.log_lines.count() == 50
+
+
+def test_a_line_over_the_size_limit_is_stored_cut_and_marked(settings):
+    settings.LOG_LINE_MAX_BYTES = 256
+    job = make_job()
+    store(job, [rank_line(0, "é" * 1000)])
+    text = texts(job)[0]
+    assert text.endswith(" …[line cut]") and len(text.encode()) <= 256 + len(" …[line cut]".encode())
+
+
+# A small log with every kind of line: two workers of two ranks, both streams, platform lines of the job
+# and of one worker, and mpirun's own words (worker-0, no rank).
+MIXED_LOG = [
+    system_line("Preparing 2 worker(s)"),
+    system_line("worker-1: uploading code", worker=1),
+    rank_line(0, "step 1 loss=0.5"),
+    rank_line(1, "step 1 Loss=0.4", LogStream.STDERR),
+    rank_line(2, "NCCL INFO Using network Socket"),
+    rank_line(3, "Traceback (most recent call last):", LogStream.STDERR),
+    LogRecord(text="mpirun noticed that process rank 3 exited on signal 9", stream=LogStream.STDERR, worker_index=0),
+    rank_line(2, "error rate 0.1"),
+    system_line("Training end with return code: 137"),
+] * 7
+
+
+def reference_filter(line: LogLine, query: dict) -> bool:
+    """What each filter means, said in Python; the store must do the same in SQL."""
+    if query.get("worker") is not None:
+        own = line.worker_index == query["worker"]
+        job_wide_platform = line.worker_index is None and line.stream == LogStream.SYSTEM
+        if not (own or job_wide_platform):
+            return False
+    if query.get("rank") is not None and line.rank != query["rank"]:
+        return False
+    if query.get("stream") and line.stream != query["stream"]:
+        return False
+    if not query.get("system", True) and line.stream == LogStream.SYSTEM:
+        return False
+    return not query.get("q") or query["q"].lower() in line.text.lower()
+
+
+queries = st.fixed_dictionaries({
+    "worker": st.sampled_from([None, 0, 1, 2]),
+    "rank": st.sampled_from([None, 0, 2, 3]),
+    "stream": st.sampled_from(["", "stdout", "stderr", "system"]),
+    "system": st.booleans(),
+    "q": st.sampled_from(["", "loss", "LOSS", "worker-1", "nccl", "zzz"]),
+})
+
+
+@pytest.fixture
+def mixed_job():
+    job = make_job()
+    store(job, MIXED_LOG)
+    return job
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, limit=st.integers(1, 12), window=st.integers(1, 40))
+@example(query={"worker": 1, "rank": None, "stream": "", "system": True, "q": ""}, limit=3, window=5)
+@example(query={"worker": 0, "rank": None, "stream": "stderr", "system": True, "q": ""}, limit=2, window=7)
+@example(query={"worker": None, "rank": None, "stream": "", "system": False, "q": "LOSS"}, limit=1, window=1)
+def test_following_with_any_filter_and_page_size_returns_each_matching_line_once_in_order(mixed_job, query, limit, window):
+    expected = [line.seq for line in mixed_job.log_lines.order_by("seq") if reference_filter(line, query)]
+    seen, cursor, more = [], 0, True
+    for _ in range(500):
+        page = read_after(mixed_job.pk, cursor, query, limit, window=window)
+        assert page.next >= cursor
+        seen += [line.seq for line in page.lines]
+        cursor, more = page.next, page.more
+        if not more:
+            break
+    assert seen == expected
+    assert cursor == len(MIXED_LOG)
+
+
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, limit=st.integers(1, 12), window=st.integers(1, 40))
+def test_reading_back_from_the_tail_reaches_the_start_with_each_matching_line_once(mixed_job, query, limit, window):
+    expected = [line.seq for line in mixed_job.log_lines.order_by("seq") if reference_filter(line, query)]
+    pages, before = [], len(MIXED_LOG) + 1
+    for _ in range(500):
+        page = read_before(mixed_job.pk, before, query, limit, window=window)
+        assert all(line.seq < before for line in page.lines)
+        pages.insert(0, [line.seq for line in page.lines])
+        if page.previous is None:
+            break
+        before = page.previous
+    assert [seq for page in pages for seq in page] == expected
+
+
+def test_a_follower_never_passes_a_line_that_is_not_stored_yet(mixed_job):
+    page = read_after(mixed_job.pk, 0, {}, 1000, total=5)
+    assert [line.seq for line in page.lines] == [1, 2, 3, 4, 5] and page.next == 5 and not page.more
+
+
+def test_a_sparse_filter_over_a_long_log_answers_in_bounded_steps():
+    job = make_job()
+    store(job, [rank_line(0, "x")] * (SCAN_WINDOW + 10) + [rank_line(3, "needle")])
+    page = read_after(job.pk, 0, {"rank": 3}, 100)
+    assert page.lines == [] and page.next == SCAN_WINDOW and page.more
+    page = read_after(job.pk, page.next, {"rank": 3}, 100)
+    assert [line.text for line in page.lines] == ["needle"] and not page.more
+
+
+def test_the_first_error_is_a_traceback_or_warning_or_failed_exit_and_not_a_lowercase_metric():
+    job = make_job()
+    store(job, [
+        rank_line(0, "error rate 0.1"),
+        rank_line(0, "no errors so far"),
+        system_line("Training end with return code: 0"),
+        rank_line(1, "host:12:13 [0] NCCL INFO Using network Socket"),
+        rank_line(1, "host:12:13 [0] misc/socket.cc:1 NCCL WARN Net : Connect to 10.0.0.2 failed"),
+        rank_line(2, "Traceback (most recent call last):"),
+        rank_line(2, "RuntimeError: boom"),
+        system_line("Training end with return code: 1"),
+    ])
+    assert first_error(job.pk, {}).seq == 5
+    assert first_error(job.pk, {}, after=5).seq == 6
+    assert first_error(job.pk, {"rank": 2}).text == "Traceback (most recent call last):"
+    assert first_error(job.pk, {"stream": "system"}).seq == 8
+    assert first_error(job.pk, {}, after=8) is None

@@ -1,0 +1,50 @@
+"""Metric definitions: the defaults catch the common forms, a user's regex is checked, values come with their step."""
+
+import re
+
+import pytest
+
+from jobs.forms import TrainingJobForm
+from jobs.metrics import MetricDefinitionError, MetricExtractor, default_metric_definitions, validate_metric_definitions
+
+
+def extract(text, definitions=None):
+    return [(point.name, point.value, point.step) for point in MetricExtractor(definitions or default_metric_definitions()).extract(text)]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("step=3 loss=0.123456", [("loss", 0.123456, 3)]),
+    ("Loss: 0.5", [("loss", 0.5, None)]),
+    ("epoch 2 iter 40 loss 1e-3 acc: 91.5%", [("loss", 0.001, 40), ("accuracy", 91.5, 40)]),
+    ("accuracy=0.9 step 7/10", [("accuracy", 0.9, 7)]),
+    ("val_loss=0.2 lossy 3 loss=nan", []),
+])
+def test_the_defaults_catch_the_common_forms_and_the_examples_output(line, expected):
+    assert extract(line) == expected
+
+
+def test_a_users_regex_gives_its_value_group_and_its_step_group():
+    definitions = validate_metric_definitions([{"name": "top5", "regex": r"it (?P<step>\d+): top-5 (?P<value>[\d.]+)"}])
+    assert extract("it 12: top-5 0.87", definitions) == [("top5", 0.87, 12)]
+
+
+@pytest.mark.parametrize("definitions, reason", [
+    ([{"name": "loss", "regex": "loss=(\\d+"}], "missing ), unterminated subpattern"),
+    ([{"name": "loss", "regex": "loss=\\d+"}], "captures nothing"),
+    ([{"name": "loss", "regex": "(a)"}, {"name": "loss", "regex": "(b)"}], "given twice"),
+    ([{"name": "1st", "regex": "(a)"}], "must start with a letter"),
+    ({"name": "loss"}, "Give a list"),
+])
+def test_bad_definitions_are_refused_with_the_reason(definitions, reason):
+    with pytest.raises(MetricDefinitionError, match=re.escape(reason)):
+        validate_metric_definitions(definitions)
+
+
+@pytest.mark.django_db
+def test_the_job_form_refuses_a_bad_regex_with_the_reason():
+    form = TrainingJobForm(data={"metrics": [{"name": "loss", "regex": "loss=([0-9.]+"}]})
+    assert not form.is_valid()
+    assert "missing ), unterminated subpattern" in form.errors["metrics"][0]
+    good = TrainingJobForm(data={"metrics": [{"name": "loss", "regex": "loss=([0-9.]+)"}]})
+    good.is_valid()
+    assert "metrics" not in good.errors

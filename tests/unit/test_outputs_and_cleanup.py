@@ -1,0 +1,40 @@
+"""Outputs kept within the limit and said so; the teardown's report per node, which a job's own words cannot fake."""
+
+from jobs.outputs import FoundFile, choose_kept, container_path, describe
+from jobs.teardown import LEFT_LINE, TeardownResult, cleanup_report
+
+
+def test_files_are_kept_in_path_order_while_they_fit_and_a_large_one_is_passed_over():
+    files = [FoundFile("a.txt", 10), FoundFile("b.bin", 1000), FoundFile("c/d.txt", 20)]
+    kept = choose_kept(files, 100)
+    assert kept == {"a.txt", "c/d.txt"}
+    state, message = describe(files, kept, 100)
+    assert state == "partial"
+    assert "not kept: b.bin (1000 bytes)" in message and "kept 2 file(s), 30 bytes" in message
+
+
+def test_all_files_within_the_limit_are_collected():
+    files = [FoundFile("model.pt", 5)]
+    assert describe(files, choose_kept(files, 5), 5) == ("collected", "Collected 1 file(s), 5 bytes.")
+    assert describe([], set(), 5)[0] == "empty"
+
+
+def test_train_url_is_taken_as_the_container_sees_it():
+    assert container_path("/home/ma-user/out/", "/home/ma-user/user-job-dir/code") == "/home/ma-user/out"
+    assert container_path("out", "/home/ma-user/user-job-dir/code") == "/home/ma-user/user-job-dir/code/out"
+    assert container_path("obs://bucket/out", "/x") is None
+
+
+def test_only_the_stop_scripts_own_last_line_counts_what_is_left():
+    # A rank record (the job user's file) cannot pass for the script's count.
+    assert LEFT_LINE.match("rank-record rank=1 ended=1 left=0") is None
+    assert LEFT_LINE.match("left=2").group(1) == "2"
+
+
+def test_the_cleanup_report_says_what_each_node_kept():
+    report = cleanup_report([TeardownResult(1, 2), TeardownResult(0, 0)], {0: "node-a", 1: "node-b"})
+    assert report["clean"] is False
+    assert report["workers"] == [
+        {"worker": 0, "node": "node-a", "clean": True, "processes_left": 0, "problem": ""},
+        {"worker": 1, "node": "node-b", "clean": False, "processes_left": 2, "problem": "2 process(es) could not be ended"},
+    ]
