@@ -23,6 +23,7 @@ os.environ.update(
     LOCALCLUSTER_SUBNET="10.82.0.0/24",
     LOCALCLUSTER_BRIDGE="tcbenchbr",
     LOCALCLUSTER_PREFIX="tcbench",
+    LOCALCLUSTER_STATE_DIR="/var/lib/training-console/bench-latency-cluster",
 )
 
 

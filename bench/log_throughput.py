@@ -30,6 +30,7 @@ os.environ.update(
     LOCALCLUSTER_SUBNET="10.81.0.0/24",
     LOCALCLUSTER_BRIDGE="tclogbr",
     LOCALCLUSTER_PREFIX="tclog",
+    LOCALCLUSTER_STATE_DIR="/var/lib/training-console/bench-logs-cluster",
     LOG_LEVEL="WARNING",
 )
 

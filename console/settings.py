@@ -198,7 +198,9 @@ CODE_DIR_MAX_BYTES = env_int("CODE_DIR_MAX_BYTES", 5 * 1024**3, minimum=1)
 CODE_DIR_MAX_FILES = env_int("CODE_DIR_MAX_FILES", 1000, minimum=1)
 
 # The local cluster `make run` and the tests bring up (namespaces on a private bridge).
-LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", str(VAR_DIR / "localcluster")))
+# Outside the checkout on purpose: sshd refuses keys reached through a group- or world-writable
+# directory, and a checkout may sit under one (/tmp).
+LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", "/var/lib/training-console/localcluster"))
 LOCALCLUSTER_SUBNET = env_str("LOCALCLUSTER_SUBNET", "10.77.0.0/24")
 LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0")
 LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")

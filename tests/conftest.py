@@ -66,7 +66,7 @@ def redis_url(redis_server):
 
 @pytest.fixture(scope="session")
 def local_cluster():
-    state_dir = Path(settings.VAR_DIR) / "test-localcluster"
+    state_dir = Path(f"/var/lib/training-console/test-localcluster-{RUN_ID}")
     localcluster.down(state_dir, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
     nodes = localcluster.up(state_dir, CLUSTER_NODES, **CLUSTER_OPTIONS)
     yield nodes

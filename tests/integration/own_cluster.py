@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 
 from jobs import localcluster
 
@@ -47,7 +46,7 @@ def own_cluster(tag: str, second_octet: int, nodes: int):
     """Brings up `nodes` nodes and takes them down afterwards, even after a failure."""
     options = {"subnet": f"10.{second_octet}.{RUN_ID}.0/24", "bridge": f"tc{tag}{RUN_ID}br",
                "prefix": f"tc{tag}{RUN_ID}n"}
-    state_dir = Path(settings.VAR_DIR) / f"test-localcluster-{tag}"
+    state_dir = Path(f"/var/lib/training-console/test-localcluster-{tag}")
     localcluster.down(state_dir, bridge=options["bridge"], prefix=options["prefix"])
     try:
         yield OwnCluster(state_dir, options, localcluster.up(state_dir, nodes, **options))

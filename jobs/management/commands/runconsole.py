@@ -11,7 +11,6 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from console import services
-from jobs import localcluster
 
 
 class Command(BaseCommand):
