@@ -40,8 +40,11 @@ check: venv
 PG_TESTS := tests/unit tests/integration/test_pipeline.py tests/integration/test_concurrent_allocation.py \
 	tests/integration/test_log_streaming.py
 
+# The browser tests run in a pytest of their own: Playwright's sync API keeps an event loop running
+# in the test thread, and the SSH code the other tests drive starts its own with asyncio.run().
 test: venv messages check
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest tests/browser
 	@if [ -n "$$POSTGRES_TEST_URL" ]; then \
 		echo "=== the same on PostgreSQL: $(PG_TESTS)"; \
 		DATABASE_URL="$$POSTGRES_TEST_URL" TEST_RUN_ID=2 $(PY) -m pytest $(PG_TESTS); \

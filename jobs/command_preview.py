@@ -15,7 +15,7 @@ from .masking import mask_shell_text, tune_file_names
 from .models import LauncherDefaults, TrainingJob
 from .pipeline import launch_inputs
 from .platform_env import worker_environment, worker_hostname
-from .submission import sshd_port_for
+from .submission import job_from_form, sshd_port_for
 
 # The fields the command is made of; while one of them is wrong there is no command to show.
 COMMAND_FIELDS = ("engine", "code_dir", "boot_file", "spec", "node_count", "parameters", "env", "extra_args",
@@ -31,28 +31,12 @@ def _errors(form: TrainingJobForm) -> tuple[dict[str, list[str]], list[str]]:
 
 
 def _job_as_it_would_be(form: TrainingJobForm) -> TrainingJob:
-    data = form.cleaned_data
-    defaults = LauncherDefaults.current()
-    next_id = (TrainingJob.objects.aggregate(last=Max("pk"))["last"] or 0) + 1
+    job = job_from_form(form)
     # Never saved: the id only names the hostnames and picks the port as submission would.
-    return TrainingJob(
-        pk=next_id,
-        name=data.get("name") or "job",
-        engine_version=data["engine"],
-        code_dir=data["code_dir"],
-        boot_file=data["boot_file"],
-        parameters=form.job_parameters(),
-        env=data.get("env") or {},
-        spec=data["spec"],
-        pool=data.get("pool"),
-        node_count=data["node_count"],
-        extra_args=data.get("extra_args", ""),
-        bind_args=defaults.bind_args,
-        x_args=defaults.x_args,
-        mca_args=defaults.mca_args,
-        tune_prefixes=defaults.tune_prefixes,
-        sshd_port=sshd_port_for(next_id, defaults),
-    )
+    job.pk = (TrainingJob.objects.aggregate(last=Max("pk"))["last"] or 0) + 1
+    job.name = job.name or "job"
+    job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
+    return job
 
 
 def preview(form: TrainingJobForm) -> dict:

@@ -13,35 +13,41 @@ def sshd_port_for(job_id: int, defaults: LauncherDefaults) -> int:
     return defaults.sshd_port_min + job_id % span
 
 
+def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
+    """The job a valid form describes, unsaved, with the launcher defaults it will keep."""
+    data = form.cleaned_data
+    defaults = LauncherDefaults.current()
+    return TrainingJob(
+        name=data.get("name", ""),
+        description=data.get("description", ""),
+        owner=owner,
+        engine_version=data["engine"],
+        code_dir=data["code_dir"],
+        boot_file=data["boot_file"],
+        parameters=form.job_parameters(),
+        env=data.get("env") or {},
+        spec=data["spec"],
+        pool=data.get("pool"),
+        node_count=data["node_count"],
+        extra_args=data.get("extra_args", ""),
+        auto_stop_hours=data.get("auto_stop_hours"),
+        metric_definitions=data.get("metrics") or default_metric_definitions(),
+        watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
+        bind_args=defaults.bind_args,
+        x_args=defaults.x_args,
+        mca_args=defaults.mca_args,
+        tune_prefixes=defaults.tune_prefixes,
+        log_cap_bytes=defaults.log_cap_bytes,
+    )
+
+
 def submit_job(form: TrainingJobForm, owner) -> TrainingJob:
     from .tasks import dispatch_pending_jobs
 
-    data = form.cleaned_data
-    defaults = LauncherDefaults.current()
+    job = job_from_form(form, owner)
     with transaction.atomic():
-        job = TrainingJob.objects.create(
-            name=data["name"],
-            description=data.get("description", ""),
-            owner=owner,
-            engine_version=data["engine"],
-            code_dir=data["code_dir"],
-            boot_file=data["boot_file"],
-            parameters=form.job_parameters(),
-            env=data.get("env") or {},
-            spec=data["spec"],
-            pool=data.get("pool"),
-            node_count=data["node_count"],
-            extra_args=data.get("extra_args", ""),
-            auto_stop_hours=data.get("auto_stop_hours"),
-            metric_definitions=data.get("metrics") or default_metric_definitions(),
-            watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
-            bind_args=defaults.bind_args,
-            x_args=defaults.x_args,
-            mca_args=defaults.mca_args,
-            tune_prefixes=defaults.tune_prefixes,
-            log_cap_bytes=defaults.log_cap_bytes,
-        )
-        job.sshd_port = sshd_port_for(job.pk, defaults)
+        job.save()
+        job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
         job.save(update_fields=["sshd_port"])
         JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
         transaction.on_commit(dispatch_pending_jobs.delay)

@@ -11,9 +11,7 @@ import threading
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from console import services
 from jobs.models import JobStatus, TrainingJob
@@ -42,18 +40,6 @@ def web_server(celery_worker, redis_url):
     finally:
         services.stop(process)
         log.close()
-
-
-@pytest.fixture
-def owner(console):
-    return get_user_model().objects.create_user("owner", password="owner-password")
-
-
-@pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
 
 
 class Follower(threading.Thread):

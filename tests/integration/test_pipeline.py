@@ -3,10 +3,6 @@
 import json
 import time
 
-import pytest
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
-
 from jobs.code_dirs import register_examples
 from jobs.models import JobStatus, Network, Node, ResourceSpec, TrainingJob
 from tests.integration.helpers import (
@@ -19,18 +15,6 @@ from tests.integration.helpers import (
 )
 
 TRICKY = "a b 'c' \"d\" $(id) ; x `id` \\ ção ✓"
-
-
-@pytest.fixture
-def owner(console):
-    return get_user_model().objects.create_user("owner", password="owner-password")
-
-
-@pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
 
 
 def submit(api, **fields) -> TrainingJob:

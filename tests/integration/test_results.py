@@ -6,7 +6,6 @@ import tarfile
 import time
 from datetime import timedelta
 
-import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
@@ -17,18 +16,6 @@ from jobs.models import JobStatus, LauncherDefaults, Node, TrainingJob
 from tests.integration.helpers import code_dir_from_program, processes_of_job_on_node, wait_for
 
 RANKS = 4  # 2 nodes x 2 slots
-
-
-@pytest.fixture
-def owner(console):
-    return get_user_model().objects.create_user("owner", password="owner-password")
-
-
-@pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.force_authenticate(owner)
-    return client
 
 
 def submit(api, program: str, **fields) -> TrainingJob:
