@@ -34,7 +34,10 @@ class Command(BaseCommand):
             nonlocal stopping
             stopping = True
 
+        # Ctrl-C reaches the whole process group: note it here and stop the children in order,
+        # rather than reporting their exit as a failure.
         signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
         try:
             call_command("migrate", interactive=False, verbosity=0)
             call_command("seedconsole", stdout=self.stdout)
@@ -61,11 +64,11 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"The console is up at http://{shown}:{port}/  (Ctrl-C stops it)"))
             self.stdout.write(f"logs: {logs}")
             while not stopping:
+                time.sleep(0.5)
                 for process in started:
-                    if process.poll() is not None:
+                    if process.poll() is not None and not stopping:
                         self.stderr.write(f"{process.args[:4]} exited with {process.returncode}; stopping")
                         return
-                time.sleep(0.5)
         except KeyboardInterrupt:
             pass
         finally:
