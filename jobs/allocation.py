@@ -155,8 +155,8 @@ def waiting_reason(job: TrainingJob) -> str:
         reason += f" ({', '.join(others)})"
     if counts.total < job.node_count:
         reason += f"; the pool has only {counts.total} node(s) of this spec"
-    ahead = jobs_ahead(job).count()
-    reason += f"; position {ahead + 1} in the queue"
-    if ahead:
-        reason += f", {ahead} job(s) ahead"
+    position = queue_position(job)
+    reason += f"; position {position} in the queue"
+    if position > 1:
+        reason += f", {position - 1} job(s) ahead"
     return reason

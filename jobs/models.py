@@ -7,6 +7,7 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from .progress import JobProgressPublisher
 from .secret_box import open_secret, seal_secret
 
 
@@ -409,12 +410,16 @@ class TrainingJob(models.Model):
                 current = TrainingJob.objects.filter(pk=self.pk).values_list("status", flat=True).first()
                 raise IllegalTransition(f"job {self.pk} cannot go from {current} to {to}")
             JobEvent.objects.create(job_id=self.pk, kind=f"state:{to}", message=message or to)
+            # Every change of state, whoever makes it, wakes the job's followers once it is committed.
+            job_id = self.pk
+            transaction.on_commit(lambda: JobProgressPublisher(job_id).state_changed(to))
         self.status = to
         for key, value in fields.items():
             setattr(self, key, value)
 
     def begin_creating(self) -> None:
-        self.transition(JobStatus.CREATING, "Nodes allocated, preparing the containers", heartbeat_at=timezone.now())
+        # No heartbeat yet: the run has not started, and may wait in the queue behind busy workers.
+        self.transition(JobStatus.CREATING, "Nodes allocated, preparing the containers", heartbeat_at=None)
 
     def start(self) -> None:
         self.transition(JobStatus.RUNNING, "Training started")

@@ -13,19 +13,19 @@ import asyncssh
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from .allocation import release_nodes
 from .command_builder import LaunchInputs, build_launch_command
 from .launcher import LogSink, launch
 from .log_store import service_line
-from .models import IllegalTransition, JobStatus, LauncherDefaults, Node, TrainingJob, Worker
+from .models import IllegalTransition, JobEvent, JobStatus, LauncherDefaults, Node, TrainingJob, Worker
 from .node_preparation import JobPlan, WorkerPlan, prepare_all
 from .node_ssh import NodeError, SshTarget
 from .outcome import record_failure, record_rank_records
 from .outputs import OutputsResult, collect_outputs, container_path, outputs_root, record_outputs, train_url_of
 from .platform_env import hosts_file_text, worker_environment
-from .progress import JobProgressPublisher
 from .secret_box import seal_secret
 from .run_monitor import RunMonitor
 from .teardown import TeardownResult, all_rank_records, cleanup_report, teardown_all
@@ -133,19 +133,21 @@ def _set_worker(job_id: int, index: int, state: str, message: str) -> None:
     Worker.objects.filter(job_id=job_id, index=index).update(state=state, message=message)
 
 
-def _set_state(job_id: int, method: str, *args) -> bool:
+def _set_state(job_id: int, method: str, *args, **fields) -> bool:
     job = TrainingJob.objects.get(pk=job_id)
     try:
-        getattr(job, method)(*args)
+        getattr(job, method)(*args, **fields)
     except IllegalTransition:
         return False
-    JobProgressPublisher(job_id).state_changed(job.status)
     return True
 
 
 HEARTBEAT_SECONDS = 5
 # A run silent for this long is gone (its worker died or restarted): the reaper takes the job over.
 HEARTBEAT_STALE_SECONDS = 60
+# A run that never started beating: its task was lost, or still waits behind busy workers. Only after
+# this long is it taken for lost, so a queue of long jobs does not get the waiting ones reaped.
+NEVER_STARTED_STALE_SECONDS = 15 * 60
 
 
 def _touch_heartbeat(job_id: int) -> None:
@@ -182,13 +184,7 @@ def _stopped_message(job_id: int) -> str:
 
 
 def _begin_console_stop(job_id: int, reason: str, message: str) -> bool:
-    job = TrainingJob.objects.get(pk=job_id)
-    try:
-        job.transition(JobStatus.TERMINATING, message, stop_reason=reason)
-    except IllegalTransition:
-        return False
-    JobProgressPublisher(job_id).state_changed(job.status)
-    return True
+    return _set_state(job_id, "transition", JobStatus.TERMINATING, message, stop_reason=reason)
 
 
 def _record_teardown(job_id: int, results: list[TeardownResult]) -> None:
@@ -341,9 +337,14 @@ def reap_orphaned_jobs() -> list[int]:
 
     Without this a lost worker would leave a job Running and its nodes allocated forever.
     """
-    stale = timezone.now() - timedelta(seconds=HEARTBEAT_STALE_SECONDS)
+    now = timezone.now()
+    allocated_long_ago = JobEvent.objects.filter(
+        job=OuterRef("pk"), kind=f"state:{JobStatus.CREATING}", at__lt=now - timedelta(seconds=NEVER_STARTED_STALE_SECONDS)
+    )
     orphans = TrainingJob.objects.filter(
-        status__in=[JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING], heartbeat_at__lt=stale
+        Q(heartbeat_at__lt=now - timedelta(seconds=HEARTBEAT_STALE_SECONDS))
+        | Q(heartbeat_at__isnull=True, status=JobStatus.CREATING) & Exists(allocated_long_ago),
+        status__in=[JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING],
     )
     reaped = []
     for job in orphans.select_related("spec", "engine_version", "code_dir"):
@@ -352,7 +353,7 @@ def reap_orphaned_jobs() -> list[int]:
         results = asyncio.run(teardown_all(worker_plans(job, workers))) if job.sealed_ssh_key else []
         if results:
             _record_teardown(job.pk, results)
-        problems = [(result.index, result.error or f"{result.processes_left} process(es) left") for result in results if not result.clean]
+        problems = [(result.index, _problem(result)) for result in results if not result.clean]
         _settle(job.pk, "abnormal", None, "the console lost the run of this job (its worker stopped)", problems)
         reaped.append(job.pk)
     return reaped

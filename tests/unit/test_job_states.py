@@ -15,6 +15,7 @@ from jobs.models import (
     Node,
     ResourceSpec,
     TrainingJob,
+    JobEvent,
     Worker,
 )
 from jobs.pipeline import reap_orphaned_jobs
@@ -86,3 +87,24 @@ def test_a_running_job_that_beats_is_left_alone(job):
     assert reap_orphaned_jobs() == []
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
+
+
+def test_a_job_whose_run_waits_in_the_queue_is_not_taken_for_lost(job):
+    job.begin_creating()
+    assert job.heartbeat_at is None
+    assert reap_orphaned_jobs() == []
+    job.refresh_from_db()
+    assert job.status == JobStatus.CREATING
+
+
+def test_a_job_whose_run_never_started_is_reaped_after_the_grace_period(job):
+    node = Node.objects.create(name="n0", address="10.0.0.1", spec=job.spec, allocated_to=job)
+    job.begin_creating()
+    JobEvent.objects.filter(job=job, kind="state:Creating").update(at=timezone.now() - timedelta(minutes=20))
+
+    assert reap_orphaned_jobs() == [job.pk]
+
+    job.refresh_from_db()
+    node.refresh_from_db()
+    assert job.status == JobStatus.ABNORMAL
+    assert node.allocated_to is None
