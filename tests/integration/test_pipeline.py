@@ -110,9 +110,13 @@ def test_a_job_larger_than_the_cluster_stays_pending_until_stopped(api, console)
     code_dir_from_program("probe-big", "probe.py")
     job = submit(api, name="too-big", code_dir="probe-big", boot_file="probe.py", node_count=3)
     small = submit(api, name="behind-it", code_dir="probe-big", boot_file="probe.py", node_count=1)
-    wait_for(small, [JobStatus.PENDING], timeout=5)
+    # Both submissions have been dispatched by now (each queues a dispatch on commit); give the worker time.
+    time.sleep(3)
     job.refresh_from_db()
+    small.refresh_from_db()
     assert job.status == JobStatus.PENDING
+    assert small.status == JobStatus.PENDING, "the small job jumped the queue"
+    assert nodes_free()
     # First in, first out: the small job waits behind the big one rather than jumping the queue.
     assert "needs 3" in api.get(f"/api/v1/training-jobs/{job.pk}").json()["waiting_reason"]
 
