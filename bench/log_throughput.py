@@ -73,20 +73,20 @@ async def pump_file_from_node(node, job_id: int, lines: int) -> float:
     """The console's own part alone: a node prints a file of tagged lines over SSH; it is read, parsed and stored."""
     from types import SimpleNamespace
 
-    from jobs.launcher import LogSink, _pump
-    from jobs.node_ssh import connect
-    from jobs.pipeline import node_target
-    from jobs.ssh_output import BoundedOutput
+    from jobs.logs.sink import LogSink
+    from jobs.runtime.launcher import _pump
+    from jobs.runtime.ssh import connect
+    from jobs.runtime.ssh_output import BoundedOutput
 
     line = "[1,{rank}]<stdout>:FLOOD {rank} {number:07d} " + "x" * 60
     script = ("import sys\nw = sys.stdout.write\nfor n in range(%d): w(%r.format(rank=n %% 4, number=n) + '\\n')" % (lines, line))
-    async with await connect(node_target(node)) as connection:
+    async with await connect(node.ssh_target()) as connection:
         await connection.run(f"python3 -c {shlex.quote(script)} > /tmp/log-throughput-bench.txt", check=True)
         started = time.monotonic()
         _channel, output = await connection.create_session(BoundedOutput, "cat /tmp/log-throughput-bench.txt",
                                                            encoding="utf-8", errors="replace")
         async with LogSink(job_id) as sink:
-            await _pump(output, SimpleNamespace(processes_per_node=2), sink)
+            await _pump(output, SimpleNamespace(rank_workers=(0, 0, 1, 1)), sink)
         seconds = time.monotonic() - started
         await connection.run("rm -f /tmp/log-throughput-bench.txt")
     return seconds

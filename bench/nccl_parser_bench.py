@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Throughput and memory of jobs.nccl_parser on a large synthetic NCCL log.
+"""Throughput and memory of nccl.parser on a large synthetic NCCL log.
 
 The log is built from the real excerpts in tests/data/nccl-logs: each block
 copies every real line with its host and pid moved to another node, and
@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.nccl_parser import parse_nccl_file  # noqa: E402
-from jobs.nccl_patterns import HEADER  # noqa: E402
+from nccl.parser import parse_nccl_file  # noqa: E402
+from nccl.patterns import HEADER  # noqa: E402
 
 LOG_DIR = ROOT / "tests" / "data" / "nccl-logs"
 

@@ -2,7 +2,8 @@
 
 import json
 
-import asyncssh
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
 from django import forms
 from django.contrib import admin, messages
 from django.db import transaction
@@ -12,9 +13,9 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from . import node_health
+from jobs import node_facts, tasks
 from .allocation import waiting_reason
-from .command_builder import ENV_NAME_RE
+from jobs.launch.command_builder import ENV_NAME_RE
 from .models import (
     Engine,
     EngineVersion,
@@ -140,9 +141,11 @@ class NodeAdminForm(forms.ModelForm):
             if not self.instance.sealed_private_key:
                 raise forms.ValidationError(_("A new node needs the private key the console logs in with."))
             return ""
+        data = text.strip().encode()
+        loader = serialization.load_ssh_private_key if b"OPENSSH PRIVATE KEY" in data else serialization.load_pem_private_key
         try:
-            asyncssh.import_private_key(text)
-        except asyncssh.KeyImportError as error:
+            loader(data, password=None)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as error:
             raise forms.ValidationError(_("This is not a usable private key: %(error)s"), params={"error": error})
         return text.strip() + "\n"
 
@@ -151,10 +154,10 @@ class NodeAdminForm(forms.ModelForm):
         if not text:
             return ""
         try:
-            key = asyncssh.import_public_key(text)
-        except asyncssh.KeyImportError as error:
+            key = serialization.load_ssh_public_key(text.encode())
+        except (ValueError, UnsupportedAlgorithm) as error:
             raise forms.ValidationError(_("This is not an OpenSSH public key: %(error)s"), params={"error": error})
-        return key.export_public_key("openssh").decode().strip()
+        return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode().strip()
 
     def save(self, commit=True):
         node = super().save(commit=False)
@@ -225,8 +228,8 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("last health check"))
     def health_summary(self, node):
-        problems = node_health.spec_contradictions(node.health, node.spec)
-        found = node_health.facts_summary(node.health)
+        problems = node_facts.spec_contradictions(node.health, node.spec)
+        found = node_facts.facts_summary(node.health)
         if node.state != Node.State.READY:
             found = node.state_message
         warnings = format_html_join("", '<br><span style="color:#c62828">⚠ {}</span>',
@@ -248,7 +251,7 @@ class NodeAdmin(admin.ModelAdmin):
         super().save_model(request, node, form, change)
         if not change or CONNECTION_FIELDS & set(form.changed_data):
             # After the commit: a check takes seconds, and the row must not stay locked meanwhile.
-            transaction.on_commit(lambda: self._report(request, node_health.check_nodes([node])))
+            transaction.on_commit(lambda: self._report(request, tasks.check_nodes_now([node])))
 
     def _report(self, request, results):
         for result in results:
@@ -264,7 +267,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Check the selected nodes now"))
     def check_now(self, request, queryset):
-        self._report(request, node_health.check_nodes(queryset))
+        self._report(request, tasks.check_nodes_now(queryset))
 
     @admin.action(description=_("Drain the selected nodes (finish the current job, take no new one)"))
     def drain(self, request, queryset):
@@ -274,7 +277,7 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description=_("Enable the selected nodes (and stop draining them)"))
     def enable(self, request, queryset):
         count = queryset.update(enabled=True, draining=False)
-        node_health.wake_dispatcher()
+        tasks.wake_dispatcher()
         self.message_user(request, _("%(count)s node(s) enabled.") % {"count": count})
 
 

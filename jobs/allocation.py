@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from .models import IllegalTransition, JobStatus, Node, ResourcePool, TrainingJob, Worker
-from .platform_env import worker_hostname
+from jobs.launch.platform_env import worker_hostname
 
 
 def nodes_for(job: TrainingJob):

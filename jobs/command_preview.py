@@ -1,21 +1,21 @@
 """The creation page's live preview: the command a job would run, built by the launch's own code.
 
 The form is bound and validated as for a submission; the job it describes is laid out as the
-pipeline lays it out (jobs.pipeline.launch_inputs, the platform's worker-0 environment), with the
+launch plans it (jobs.launch.plan: the same command builder and worker-0 environment), with the
 worker hostnames and SSH port the next job would get. Nothing is saved.
 """
 
 from django.db.models import Max
 
-from .allocation import nodes_for
-from .code_dirs import python_files
-from .command_builder import JOB_DIR, CommandError, build_launch_command
-from .forms import TrainingJobForm
-from .masking import mask_shell_text, tune_file_names
-from .models import LauncherDefaults, TrainingJob
-from .pipeline import launch_inputs
-from .platform_env import worker_environment, worker_hostname
-from .submission import job_from_form, sshd_port_for
+from jobs.allocation import nodes_for
+from jobs.code_dirs import python_files
+from jobs.forms import TrainingJobForm, form_errors
+from jobs.launch.command_builder import JOB_DIR, CommandError
+from jobs.launch.masking import mask_shell_text, tune_file_names
+from jobs.launch.plan import job_command
+from jobs.launch.platform_env import worker_hostname
+from jobs.models import LauncherDefaults, TrainingJob
+from jobs.submission import job_from_form, sshd_port_for
 
 # The fields the command is made of; while one of them is wrong there is no command to show.
 COMMAND_FIELDS = ("engine", "code_dir", "boot_file", "spec", "node_count", "parameters", "env", "extra_args",
@@ -25,9 +25,8 @@ COMMAND_FIELDS = ("engine", "code_dir", "boot_file", "spec", "node_count", "para
 def _errors(form: TrainingJobForm) -> tuple[dict[str, list[str]], list[str]]:
     """The form's messages by field, and the fields that are only still empty (not wrong)."""
     found = form.errors.get_json_data()
-    messages = {field: [error["message"] for error in errors] for field, errors in found.items()}
     empty = [field for field, errors in found.items() if any(error["code"] == "required" for error in errors)]
-    return messages, empty
+    return form_errors(form), empty
 
 
 def _job_as_it_would_be(form: TrainingJobForm) -> TrainingJob:
@@ -64,16 +63,8 @@ def preview(form: TrainingJobForm) -> dict:
         return answer
     job = _job_as_it_would_be(form)
     hostnames = [worker_hostname(job.dns_name, index) for index in range(job.node_count)]
-    worker0_env = worker_environment(
-        job_dns=job.dns_name,
-        worker_index=0,
-        worker_addresses=[f"<{name} address>" for name in hostnames],
-        gpus_per_node=job.spec.gpu_count,
-        engine_env=job.engine_version.default_env,
-        user_env=job.env,
-    )
     try:
-        command = build_launch_command(launch_inputs(job, hostnames, worker0_env))
+        command = job_command(job, hostnames, [f"<{name} address>" for name in hostnames])
     except CommandError as error:
         errors.setdefault(error.field, []).append(error.message)
         answer["blocking"] = [error.field]

@@ -10,8 +10,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .code_dirs import python_files
-from .command_builder import CommandError, boot_file_path, validate_extra_args
-from .metrics import MetricDefinitionError, validate_metric_definitions
+from jobs.launch.command_builder import ENV_NAME_RE, PARAM_NAME_RE, CommandError, boot_file_path, validate_extra_args
+from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from .models import CodeDirectory, EngineVersion, ResourcePool, ResourceSpec
 
 # The command builder's words for a wrong boot file, in the page's language.
@@ -19,15 +19,19 @@ BUILDER_MESSAGES = {
     "must be a path inside the code directory, such as train.py": _("Give a path inside the code directory, such as train.py."),
     "must be a Python file (.py)": _("The boot file must be a Python file (.py)."),
 }
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-PARAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A job's name follows the same rule as a hyperparameter's: 1-64 of letters, digits, '-' and '_'.
+NAME_RE = PARAM_NAME_RE
 MAX_ENV_VARS = 100
 AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), ("6", "6 h"), ("custom", _("Custom"))]
 AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
                       "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds")
+
+
+def form_errors(form: forms.Form) -> dict[str, list[str]]:
+    """A form's messages by field, as every JSON answer gives them."""
+    return {field: [error["message"] for error in errors] for field, errors in form.errors.get_json_data().items()}
 
 
 def generated_job_name() -> str:
@@ -270,19 +274,3 @@ class TrainingJobForm(forms.Form):
         data = self.cleaned_data
         given = [{"name": key, "value": data[key]} for key in ("data_url", "train_url") if data.get(key)]
         return given + data.get("parameters", [])
-
-
-class LogQueryForm(forms.Form):
-    """Which part of a job's log a reader wants: after a cursor, and only some workers, ranks or streams."""
-
-    after = forms.IntegerField(min_value=0, required=False)
-    limit = forms.IntegerField(min_value=1, max_value=5000, required=False)
-    worker = forms.IntegerField(min_value=0, required=False)
-    rank = forms.IntegerField(min_value=0, required=False)
-    stream = forms.ChoiceField(choices=[("", "any"), ("stdout", "stdout"), ("stderr", "stderr"), ("system", "system")], required=False)
-    system = forms.BooleanField(required=False, initial=True)
-    q = forms.CharField(max_length=200, required=False)
-
-    def clean_system(self):
-        # Unchecked boxes are absent from a query string; only an explicit system=0 hides the platform's lines.
-        return self.data.get("system", "1") not in ("0", "false", "off")

@@ -3,10 +3,10 @@
 from dataclasses import dataclass
 
 from .allocation import waiting_reason
-from .command_builder import JOB_DIR
-from .masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
+from jobs.launch.command_builder import JOB_DIR
+from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
 from .models import JobStatus, TrainingJob
-from .platform_env import worker_environment
+from jobs.launch.plan import worker_environment_for
 
 STATE_BADGES = {
     JobStatus.CREATING: "info",
@@ -41,14 +41,7 @@ def worker0_environment(job: TrainingJob) -> dict[str, str]:
     addresses = [worker.address for worker in job.workers.order_by("index")]
     if not addresses:
         return dict(job.env)
-    return worker_environment(
-        job_dns=job.dns_name,
-        worker_index=0,
-        worker_addresses=addresses,
-        gpus_per_node=job.spec.gpu_count,
-        engine_env=job.engine_version.default_env,
-        user_env=job.env,
-    )
+    return worker_environment_for(job, 0, addresses)
 
 
 def display(job: TrainingJob) -> JobDisplay:

@@ -7,7 +7,10 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .progress import JobProgressPublisher
+from jobs.launch.command_builder import ENV_NAME_RE, CommandError, validate_extra_args
+from jobs.launch.plan import SshTarget
+from jobs.logs.progress import JobProgressPublisher
+from jobs.results.rank_records import describe_outcome
 from .secret_box import open_secret, seal_secret
 
 
@@ -126,6 +129,11 @@ class Node(models.Model):
     def private_key(self, value: str) -> None:
         self.sealed_private_key = seal_secret(value)
 
+    def ssh_target(self) -> SshTarget:
+        """How the console reaches the node itself (as its administrator account, with the node's key)."""
+        return SshTarget(label=self.name, address=self.address, port=self.ssh_port, username=self.ssh_user,
+                         private_key=self.private_key, host_key=self.host_key)
+
     @property
     def display_state(self) -> str:
         if not self.enabled or self.state != self.State.READY:
@@ -223,8 +231,6 @@ class LauncherDefaults(models.Model):
         return "Launcher defaults"
 
     def clean(self) -> None:
-        from .command_builder import ENV_NAME_RE, CommandError, validate_extra_args
-
         errors = {}
         # The same rule as a job's extra arguments: these end up in the same mpirun command.
         for field in ("bind_args", "x_args", "mca_args"):
@@ -289,6 +295,15 @@ ALLOWED_FROM = {
     JobStatus.TERMINATED: {JobStatus.PENDING, JobStatus.TERMINATING},
     JobStatus.ABNORMAL: {JobStatus.PENDING, JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING},
 }
+
+
+class RunOutcome(models.TextChoices):
+    """How a job's run on the nodes ended, before it is turned into the job's final state."""
+
+    EXIT = "exit", "mpirun exited"
+    FAILED = "failed", "failed before the launch"
+    ABNORMAL = "abnormal", "ended abnormally"
+    STOPPED = "stopped", "stopped"
 
 
 class StopReason(models.TextChoices):
@@ -433,6 +448,17 @@ class TrainingJob(models.Model):
     def fail(self, message: str) -> None:
         self.transition(JobStatus.FAILED, message)
 
+    def mark_abnormal(self, message: str) -> None:
+        self.transition(JobStatus.ABNORMAL, message)
+
+    def mark_terminated(self) -> None:
+        """The end of a stop: the containers are gone. A stop by the console keeps the reason it gave."""
+        self.transition(JobStatus.TERMINATED, self.status_message if self.stop_reason else "Stopped by the user")
+
+    def begin_console_stop(self, reason: str, message: str) -> None:
+        """Auto stop and the watchdog stop a job as a user would, saying why."""
+        self.transition(JobStatus.TERMINATING, message, stop_reason=reason)
+
     def terminate(self) -> bool:
         """Ask the job to stop. Returns True when it is already over (it was only queued)."""
         if self.status == JobStatus.PENDING:
@@ -447,6 +473,16 @@ class TrainingJob(models.Model):
         return False
 
 
+class WorkerState(models.TextChoices):
+    ALLOCATED = "Allocated", _("Allocated")
+    PREPARING = "Preparing", _("Preparing")
+    UPLOADING = "Uploading", _("Uploading")
+    READY = "Ready", _("Ready")
+    FAILED = "Failed", _("Failed")
+    STOPPED = "Stopped", _("Stopped")
+    UNCLEAN = "Unclean", _("Unclean")
+
+
 class Worker(models.Model):
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="workers")
     index = models.PositiveIntegerField()
@@ -454,7 +490,7 @@ class Worker(models.Model):
     node_name = models.CharField(max_length=64)
     address = models.GenericIPAddressField()
     hostname = models.CharField(max_length=128)
-    state = models.CharField(max_length=32, default="Allocated")
+    state = models.CharField(max_length=32, choices=WorkerState.choices, default=WorkerState.ALLOCATED)
     message = models.TextField(blank=True)
     # The container's first process on the node, as the node sees it; ending it ends the container.
     container_pid = models.PositiveIntegerField(null=True, blank=True)
@@ -525,8 +561,6 @@ class RankOutcome(models.Model):
 
     @property
     def description(self) -> str:
-        from .outcome import describe_outcome
-
         return describe_outcome(self)
 
 

@@ -1,10 +1,16 @@
-"""Submission: a validated form becomes a queued job; the queue is told once the row is committed."""
+"""Submission and stop: a validated form becomes a queued job, a stop ends one; the queue hears after the commit.
+
+The job pages, the API and the admin all submit and stop through here.
+"""
 
 from django.db import transaction
+from django.shortcuts import get_object_or_404
 
-from .forms import TrainingJobForm
-from .metrics import default_metric_definitions
-from .models import JobEvent, LauncherDefaults, TrainingJob
+from jobs import tasks
+from jobs.access import visible_jobs
+from jobs.forms import TrainingJobForm
+from jobs.models import JobEvent, LauncherDefaults, TrainingJob
+from jobs.results.metrics import default_metric_definitions
 
 
 def sshd_port_for(job_id: int, defaults: LauncherDefaults) -> int:
@@ -42,24 +48,28 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
 
 
 def submit_job(form: TrainingJobForm, owner) -> TrainingJob:
-    from .tasks import dispatch_pending_jobs
-
     job = job_from_form(form, owner)
     with transaction.atomic():
         job.save()
         job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
         job.save(update_fields=["sshd_port"])
         JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
-        transaction.on_commit(dispatch_pending_jobs.delay)
+        transaction.on_commit(tasks.dispatch_pending_jobs.delay)
     return job
 
 
 def request_stop(job: TrainingJob) -> None:
     """Stop a job: a queued one ends at once, a live one gets its containers ended by a worker."""
-    from .tasks import dispatch_pending_jobs, stop_job
-
     finished = job.terminate()
     if finished:
-        transaction.on_commit(dispatch_pending_jobs.delay)
+        transaction.on_commit(tasks.dispatch_pending_jobs.delay)
     else:
-        transaction.on_commit(lambda: stop_job.delay(job.pk))
+        transaction.on_commit(lambda: tasks.stop_job.delay(job.pk))
+
+
+def stop_visible_job(user, pk: int) -> TrainingJob:
+    """Stop one of the jobs `user` may see: Http404 for another's, IllegalTransition when it cannot stop now."""
+    with transaction.atomic():
+        job = get_object_or_404(visible_jobs(user), pk=pk)
+        request_stop(job)
+    return job

@@ -18,7 +18,7 @@ from .capacity import pool_capacity
 from .command_preview import preview
 from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from .job_display import display
-from .outputs import outputs_root
+from jobs.results.outputs import outputs_root
 from .models import (
     FINAL_STATES,
     CodeDirectory,
@@ -30,7 +30,7 @@ from .models import (
     ResourceSpec,
     TrainingJob,
 )
-from .submission import request_stop, submit_job
+from .submission import stop_visible_job, submit_job
 
 JOBS_PER_PAGE = 20
 
@@ -121,15 +121,14 @@ def job_detail(request, pk):
 @login_required
 @require_POST
 def job_stop(request, pk):
-    with transaction.atomic():
+    try:
+        job = stop_visible_job(request.user, pk)
+    except IllegalTransition:
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
-        try:
-            request_stop(job)
-        except IllegalTransition:
-            messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
-                "name": job.name, "state": job.get_status_display()})
-        else:
-            messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
+        messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
+            "name": job.name, "state": job.get_status_display()})
+    else:
+        messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
     return _back(request, reverse("job-detail", args=[pk]))
 
 

@@ -17,7 +17,8 @@ from django.db import connection
 
 from console import services
 from console.celery import app as celery_app
-from jobs import localcluster, progress
+from jobs import localcluster
+from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
 

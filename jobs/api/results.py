@@ -14,10 +14,10 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..access import visible_jobs
-from ..metrics import default_metric_definitions
-from ..outcome import describe_outcome, signal_name
-from ..outputs import stored_file, write_archive
+from jobs.access import visible_jobs
+from jobs.results.metrics import default_metric_definitions
+from jobs.results.rank_records import describe_outcome, signal_name
+from jobs.results.outputs import stored_file, write_archive
 
 METRIC_POINTS_PAGE = 5000
 

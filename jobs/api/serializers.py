@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
-from ..allocation import waiting_reason
-from ..models import CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
+from jobs.allocation import waiting_reason
+from jobs.models import CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
 
 
 class SpecSerializer(serializers.ModelSerializer):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ..log_follow import job_log_events
+from jobs.logs.follow import job_log_events
 from . import results, views
 
 urlpatterns = [

@@ -13,15 +13,16 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..access import visible_jobs
-from ..code_dirs import ArchiveRejected, create_from_archive
-from ..forms import LogQueryForm, TrainingJobForm
-from ..log_follow import job_log_events, line_payload, log_file_chunks
-from ..log_forms import LogReadForm
-from ..log_store import first_error, lines_after, read_after, read_before, render_line
-from ..nccl_panel import nccl_report
-from ..models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
-from ..submission import request_stop, submit_job
+from jobs.access import visible_jobs
+from jobs.code_dirs import ArchiveRejected, create_from_archive
+from jobs.forms import TrainingJobForm, form_errors
+from jobs.logs.forms import LogQueryForm
+from jobs.logs.follow import job_log_events, line_payload, log_file_chunks
+from jobs.logs.forms import LogReadForm
+from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
+from jobs.results.nccl_panel import nccl_report
+from jobs.models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
+from jobs.submission import stop_visible_job, submit_job
 from .serializers import (
     CodeDirSerializer,
     EngineSerializer,
@@ -32,10 +33,6 @@ from .serializers import (
 
 LOG_PAGE_LINES = 5000
 LOG_JSON_PAGE_LINES = 2000
-
-
-def form_errors(form) -> dict[str, list[str]]:
-    return {field: [error["message"] for error in errors] for field, errors in form.errors.get_json_data().items()}
 
 
 class SpecList(generics.ListAPIView):
@@ -200,11 +197,9 @@ class TrainingJobNccl(APIView):
 
 class TrainingJobStop(APIView):
     def post(self, request, pk):
-        with transaction.atomic():
-            job = get_object_or_404(visible_jobs(request.user), pk=pk)
-            try:
-                request_stop(job)
-            except IllegalTransition as error:
-                return Response({"status": [str(error)]}, status=status.HTTP_409_CONFLICT)
+        try:
+            job = stop_visible_job(request.user, pk)
+        except IllegalTransition as error:
+            return Response({"status": [str(error)]}, status=status.HTTP_409_CONFLICT)
         job.refresh_from_db()
         return Response(TrainingJobSerializer(job).data)

@@ -2,8 +2,8 @@
 
 from django import template
 
-from ..job_display import badge
-from ..models import FINAL_STATES, STOPPABLE_STATES, JobStatus
+from jobs.job_display import badge
+from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 
 register = template.Library()
 

@@ -8,7 +8,7 @@ import zipfile
 from playwright.sync_api import expect
 
 from jobs.forms import TrainingJobForm
-from jobs.masking import MASK
+from jobs.launch.masking import MASK
 from jobs.models import JobStatus, TrainingJob
 from jobs.submission import submit_job
 from tests.browser.helpers import add_rows, log_in, row_values

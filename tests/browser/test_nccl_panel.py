@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from jobs.log_store import LogRecord
+from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, TrainingJob
 from tests.browser.helpers import PASSWORD, log_in
 from tests.unit.log_helpers import make_job, quiet_redis, store  # noqa: F401

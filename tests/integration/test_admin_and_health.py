@@ -26,7 +26,7 @@ from jobs.models import (
     TrainingJob,
 )
 from jobs.forms import TrainingJobForm
-from jobs.node_health import check_nodes
+from jobs.runtime.node_health import check_nodes
 from jobs.submission import sshd_port_for, submit_job
 from tests.integration.helpers import code_dir_from_program
 from tests.integration.own_cluster import RUN_ID, own_cluster

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from console import services
-from jobs import progress
-from jobs.log_store import LogRecord, store_lines
+from jobs.logs import progress
+from jobs.logs.store import LogRecord, store_lines
 from jobs.models import CodeDirectory, Engine, EngineVersion, LogStream, ResourceSpec, TrainingJob
 
 

@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 
-from jobs.command_builder import (
+from jobs.launch.command_builder import (
     CommandError,
     LaunchInputs,
     boot_file_path,

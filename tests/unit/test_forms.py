@@ -7,7 +7,7 @@ from django.http import QueryDict
 from jobs.code_dirs import register
 from jobs.command_preview import preview
 from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
-from jobs.masking import MASK
+from jobs.launch.masking import MASK
 from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec, TrainingJob
 
 pytestmark = pytest.mark.django_db

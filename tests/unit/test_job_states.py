@@ -18,7 +18,7 @@ from jobs.models import (
     JobEvent,
     Worker,
 )
-from jobs.pipeline import reap_orphaned_jobs
+from jobs.runtime.reaper import reap_orphaned_jobs
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from django.test import AsyncClient
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from jobs.log_store import LogRecord
+from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, LogStream, TrainingJob
-from jobs.nccl_parser import parse_nccl_file
+from nccl.parser import parse_nccl_file
 from tests.unit.log_helpers import make_job, quiet_redis, rank_line, store, system_line  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]

@@ -6,12 +6,12 @@ import pytest
 from django.db import OperationalError
 from hypothesis import given, strategies as st
 
-from jobs import launcher
-from jobs.launcher import PENDING_BATCHES, LogSink
-from jobs.log_store import LogRecord, store_lines
+from jobs.logs import sink as sink_module
+from jobs.logs.sink import PENDING_BATCHES, LogSink
+from jobs.logs.store import LogRecord, store_lines
 from jobs.models import LogStream
-from jobs.mpirun_output import MpirunOutput
-from jobs.ssh_output import STDERR, STDOUT, BoundedOutput
+from jobs.runtime.mpirun_output import MpirunOutput
+from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
 from tests.unit.log_helpers import make_job, quiet_redis  # noqa: F401
 
 
@@ -20,7 +20,7 @@ def rank_lines(records):
 
 
 def read_all(chunks, max_chars=1000, stream=LogStream.STDOUT):
-    output = MpirunOutput(stream, processes_per_node=2, max_chars=max_chars)
+    output = MpirunOutput(stream, rank_workers=(0, 0, 1, 1), max_chars=max_chars)
     records = [record for chunk in chunks for record in output.feed(chunk)]
     return records + output.finish()
 
@@ -59,7 +59,7 @@ def test_mpiruns_own_words_have_no_rank_and_are_worker_0s():
 
 
 def test_a_line_that_never_ends_is_held_only_up_to_the_limit_and_stored_cut():
-    output = MpirunOutput(LogStream.STDOUT, processes_per_node=2, max_chars=10)
+    output = MpirunOutput(LogStream.STDOUT, rank_workers=(0, 0, 1, 1), max_chars=10)
     assert output.feed("[1,0]<stdout>:0123456789abc") == []
     for _ in range(1000):
         output.feed("[1,0]<stdout>:" + "x" * 1000)
@@ -148,8 +148,8 @@ def test_a_batch_that_meets_a_locked_database_is_stored_once_it_is_free_again(mo
             raise OperationalError("database is locked")
         return store_lines(*args)
 
-    monkeypatch.setattr(launcher, "store_lines", locked_once)
-    monkeypatch.setattr(launcher, "STORE_RETRY_SECONDS", (0.01,))
+    monkeypatch.setattr(sink_module, "store_lines", locked_once)
+    monkeypatch.setattr(sink_module, "STORE_RETRY_SECONDS", (0.01,))
 
     async def run():
         async with LogSink(job.pk, batch_lines=5, interval=10) as sink:

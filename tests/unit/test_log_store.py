@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import HealthCheck, example, given, settings as hypothesis_settings, strategies as st
 
-from jobs.log_store import LogRecord, SCAN_WINDOW, first_error, read_after, read_before, store_lines
+from jobs.logs.store import LogRecord, SCAN_WINDOW, first_error, read_after, read_before, store_lines
 from jobs.models import LauncherDefaults, LogLine, LogStream
 from tests.unit.log_helpers import make_job, quiet_redis, rank_line, store, system_line  # noqa: F401
 

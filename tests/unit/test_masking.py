@@ -2,7 +2,7 @@
 
 import shlex
 
-from jobs.masking import MASK, mask_shell_text, masked, shown_variables, tune_file_names
+from jobs.launch.masking import MASK, mask_shell_text, masked, shown_variables, tune_file_names
 
 
 def test_cred_variables_and_secret_words_are_masked_and_ordinary_ones_are_not():

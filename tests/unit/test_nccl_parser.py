@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from jobs.nccl_diagnosis import Finding, diagnose
-from jobs.nccl_parser import format_summary_text, parse_nccl_file, parse_nccl_log, parse_nccl_text
+from nccl.diagnosis import Finding, diagnose
+from nccl.parser import format_summary_text, parse_nccl_file, parse_nccl_log, parse_nccl_text
 
 LOG_DIR = Path(__file__).resolve().parents[1] / "data" / "nccl-logs"
 ALL_LOGS = sorted(LOG_DIR.glob("*.log"))

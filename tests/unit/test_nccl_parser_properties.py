@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.nccl_diagnosis import diagnose
-from jobs.nccl_parser import format_summary_text, parse_nccl_log, parse_nccl_text
-from jobs.nccl_patterns import HEADER
+from nccl.diagnosis import diagnose
+from nccl.parser import format_summary_text, parse_nccl_log, parse_nccl_text
+from nccl.patterns import HEADER
 
 LOG_DIR = Path(__file__).resolve().parents[1] / "data" / "nccl-logs"
 REAL_LINES = [line for path in sorted(LOG_DIR.glob("*.log")) for line in path.read_text(encoding="utf-8").splitlines()]

@@ -6,14 +6,8 @@ import subprocess
 import pytest
 
 from jobs.models import LauncherDefaults, Network, Node, ResourceSpec
-from jobs.node_health import (
-    FACTS_SCRIPT,
-    facts_summary,
-    matching_interfaces,
-    parse_facts,
-    socket_ifnames,
-    spec_contradictions,
-)
+from jobs.node_facts import facts_summary, matching_interfaces, parse_facts, socket_ifnames, spec_contradictions
+from jobs.runtime.node_health import FACTS_SCRIPT
 
 IFNAMES = ["ib0", "bond0", "eth0"]
 

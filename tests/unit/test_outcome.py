@@ -1,15 +1,8 @@
 """The "why it failed" card from mpirun's words, the ranks' own records and the failing rank's last lines."""
 
-from jobs.outcome import (
-    FailureFacts,
-    RankRecord,
-    describe_end,
-    explain_failure,
-    first_failed_rank,
-    parse_mpirun_output,
-    parse_rank_records,
-    python_exception,
-)
+from jobs.results.failure_card import FailureFacts, explain_failure, first_failed_rank, python_exception
+from jobs.results.mpirun_report import parse_mpirun_output
+from jobs.results.rank_records import RankRecord, describe_end, parse_rank_records
 
 NON_ZERO_EXIT = """--------------------------------------------------------------------------
 Primary job  terminated normally, but 1 process returned
@@ -47,7 +40,7 @@ TRACEBACK = [
 
 
 def facts(**fields) -> FailureFacts:
-    defaults = {"outcome": "exit", "exit_code": 1, "processes_per_node": 2, "rank_count": 4,
+    defaults = {"outcome": "exit", "exit_code": 1, "rank_workers": (0, 0, 1, 1),
                 "nodes": {0: "node-a", 1: "node-b"}}
     return FailureFacts(**{**defaults, **fields})
 

@@ -1,7 +1,7 @@
 """Outputs kept within the limit and said so; the teardown's report per node, which a job's own words cannot fake."""
 
-from jobs.outputs import FoundFile, choose_kept, container_path, describe
-from jobs.teardown import LEFT_LINE, TeardownResult, cleanup_report
+from jobs.results.outputs import FoundFile, choose_kept, container_path, describe
+from jobs.runtime.teardown import LEFT_LINE, TeardownResult, cleanup_report
 
 
 def test_files_are_kept_in_path_order_while_they_fit_and_a_large_one_is_passed_over():

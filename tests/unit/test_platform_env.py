@@ -1,6 +1,6 @@
 """What each worker of a job is given by the platform."""
 
-from jobs.platform_env import hosts_file_text, worker_environment
+from jobs.launch.platform_env import hosts_file_text, worker_environment
 
 
 def environment(index=1, user_env=None):

@@ -1,10 +1,11 @@
-"""`manage.py ncclsummary FILE [--json]`: what NCCL really did, read from a job log."""
+"""`manage.py ncclsummary FILE [--json]`: what NCCL really did, read from a job log.
 
-import json
+A thin wrapper over the nccl package (`python -m nccl FILE [--json]` prints the same).
+"""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.nccl_parser import format_summary_text, parse_nccl_file
+from nccl.cli import LogFileError, render, summarise_file
 
 
 class Command(BaseCommand):
@@ -15,17 +16,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     def handle(self, *args, **options):
-        path = options["file"]
         try:
-            # Streams the file; bytes that are not UTF-8 are replaced, never fatal.
-            summary = parse_nccl_file(path)
-        except FileNotFoundError:
-            raise CommandError(f"No such log file: {path}") from None
-        except IsADirectoryError:
-            raise CommandError(f"{path} is a directory, not a log file") from None
-        except PermissionError:
-            raise CommandError(f"Cannot read {path}: permission denied") from None
-        if options["json"]:
-            self.stdout.write(json.dumps(summary.to_dict(), sort_keys=True))
-        else:
-            self.stdout.write(format_summary_text(summary), ending="")
+            summary = summarise_file(options["file"])
+        except LogFileError as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(render(summary, as_json=options["json"]), ending="")

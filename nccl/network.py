@@ -1,15 +1,17 @@
 """The network half of the NCCL log collector: interfaces, IB devices, net
 plugins, transports and the decision of which network NCCL used.
 
-A mixin for the collector in `jobs.nccl_parser`; handlers take the INFO
-message text and return True when they understood it.  No Django imports.
+The collector in `nccl.parser` owns one `NetworkFacts` and hands it the INFO
+messages about the network; handlers take the message text and return True
+when they understood it.  It reads nothing but its own state and the line it
+is given.  No Django imports.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from jobs import nccl_patterns as P
+from . import patterns as P
 
 MAX_INTERFACES = 256
 MAX_KEYS = 256

@@ -9,14 +9,16 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypedDict
 
 import asyncssh
 from django.conf import settings
 from django.utils import timezone
 
-from .node_preparation import NODE_SCRIPTS, WorkerPlan
-from .node_ssh import NodeError, connect
-from .outcome import RankRecord, parse_rank_records
+from jobs.launch.plan import WorkerPlan
+from jobs.results.rank_records import RankRecord, parse_rank_records
+from jobs.runtime.preparation import NODE_SCRIPTS
+from jobs.runtime.ssh import NodeError, connect
 
 STOP_SCRIPT = (NODE_SCRIPTS / "stop-container.sh").read_text()
 # The script's own last line; the rank records before it are the job user's words and may say anything.
@@ -33,6 +35,26 @@ class TeardownResult:
     @property
     def clean(self) -> bool:
         return self.processes_left == 0 and not self.error
+
+    @property
+    def problem(self) -> str:
+        return "" if self.clean else (self.error or f"{self.processes_left} process(es) could not be ended")
+
+
+class WorkerCleanup(TypedDict):
+    worker: int
+    node: str
+    clean: bool
+    processes_left: int | None
+    problem: str
+
+
+class CleanupReport(TypedDict):
+    """What the teardown found on each node (kept in TrainingJob.cleanup_report)."""
+
+    checked_at: str
+    clean: bool
+    workers: list[WorkerCleanup]
 
 
 async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
@@ -54,7 +76,7 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
     lines = output.strip().splitlines()
     left = LEFT_LINE.match(lines[-1].strip()) if lines else None
     if left:
-        return TeardownResult(worker.index, int(left.group(1)), rank_records=parse_rank_records(output))
+        return TeardownResult(worker.index, int(left.group(1)), rank_records=parse_rank_records(output, worker.index))
     return TeardownResult(worker.index, None, f"{worker.node.label}: stop script said {output[-500:]!r} {result.stderr!r}")
 
 
@@ -66,16 +88,12 @@ def all_rank_records(results: list[TeardownResult]) -> list[RankRecord]:
     return [record for result in results for record in result.rank_records]
 
 
-def cleanup_report(results: list[TeardownResult], node_names: dict[int, str], checked_at: datetime | None = None) -> dict:
+def cleanup_report(results: list[TeardownResult], node_names: dict[int, str],
+                   checked_at: datetime | None = None) -> CleanupReport:
     """What the teardown found on each node, as the job page shows it."""
     workers = [
-        {
-            "worker": result.index,
-            "node": node_names.get(result.index, ""),
-            "clean": result.clean,
-            "processes_left": result.processes_left,
-            "problem": "" if result.clean else (result.error or f"{result.processes_left} process(es) could not be ended"),
-        }
+        WorkerCleanup(worker=result.index, node=node_names.get(result.index, ""), clean=result.clean,
+                      processes_left=result.processes_left, problem=result.problem)
         for result in sorted(results, key=lambda result: result.index)
     ]
     return {

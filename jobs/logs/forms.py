@@ -1,10 +1,24 @@
-"""What a reader may ask of a job's log beyond the filters: older lines, the tail, a resume point."""
+"""What a reader may ask of a job's log: filters, a cursor to follow from, older lines, the tail, a resume point."""
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from .forms import LogQueryForm
+
+class LogQueryForm(forms.Form):
+    """Which part of a job's log a reader wants: after a cursor, and only some workers, ranks or streams."""
+
+    after = forms.IntegerField(min_value=0, required=False)
+    limit = forms.IntegerField(min_value=1, max_value=5000, required=False)
+    worker = forms.IntegerField(min_value=0, required=False)
+    rank = forms.IntegerField(min_value=0, required=False)
+    stream = forms.ChoiceField(choices=[("", "any"), ("stdout", "stdout"), ("stderr", "stderr"), ("system", "system")], required=False)
+    system = forms.BooleanField(required=False, initial=True)
+    q = forms.CharField(max_length=200, required=False)
+
+    def clean_system(self):
+        # Unchecked boxes are absent from a query string; only an explicit system=0 hides the platform's lines.
+        return self.data.get("system", "1") not in ("0", "false", "off")
 
 
 class LogReadForm(LogQueryForm):

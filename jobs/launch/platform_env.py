@@ -5,7 +5,7 @@ Pure functions; node preparation writes their results into each container.
 
 from typing import Mapping, Sequence
 
-from .command_builder import JOB_DIR
+from jobs.launch.command_builder import JOB_DIR
 
 MA_HOME = "/home/ma-user"
 # Shipped in every container's bundle; Open MPI's orted runs each rank through it (see node_scripts/rank-agent.sh).

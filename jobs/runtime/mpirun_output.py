@@ -13,11 +13,14 @@ Each rank's unfinished line is held up to a limit, so memory does not grow with 
 """
 
 import re
+from collections.abc import Sequence
+from datetime import datetime
 
 from django.utils import timezone
 
-from .log_store import LogRecord
-from .models import LogStream
+from jobs.launch.plan import worker_of_rank
+from jobs.logs.store import LogRecord
+from jobs.models import LogStream
 
 TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
 # What the end of a chunk may hold of a tag that the next chunk completes.
@@ -29,9 +32,9 @@ CUT_MARK = " …[line cut]"
 class MpirunOutput:
     """One of mpirun's output streams (its stdout or its stderr), fed in chunks of any size."""
 
-    def __init__(self, default_stream: str, processes_per_node: int, max_chars: int):
+    def __init__(self, default_stream: str, rank_workers: Sequence[int], max_chars: int):
         self.default_stream = default_stream
-        self.processes_per_node = max(processes_per_node, 1)
+        self.rank_workers = rank_workers
         self.max_chars = max_chars
         # The rank and stream of the piece being read on the current physical line (None: mpirun's own).
         self.current: tuple[int, str] | None = None
@@ -61,7 +64,7 @@ class MpirunOutput:
         self.carry = ""
         return records + [self._complete(key, at) for key in list(self.pending)]
 
-    def _read(self, line: str, at, records: list[LogRecord], ends: bool) -> None:
+    def _read(self, line: str, at: datetime, records: list[LogRecord], ends: bool) -> None:
         if ends and self.current is None and not self.pending:
             # The usual case, one whole line of one rank: no piece of it is held, no other tag follows.
             tag = TAG.match(line)
@@ -95,10 +98,9 @@ class MpirunOutput:
             text = text[: self.max_chars - len(held)] + CUT_MARK
         self.pending[self.current] = held + text
 
-    def _complete(self, key: tuple[int, str] | None, at) -> LogRecord:
+    def _complete(self, key: tuple[int, str] | None, at: datetime) -> LogRecord:
         text = self.pending.pop(key, "").rstrip("\r")
         if key is None:
             return LogRecord(text=text, stream=self.default_stream, worker_index=0, at=at)
         rank, stream = key
-        # -map-by slot fills each host's slots in hostfile order, so a rank's worker follows from its number.
-        return LogRecord(text=text, stream=stream, rank=rank, worker_index=rank // self.processes_per_node, at=at)
+        return LogRecord(text=text, stream=stream, rank=rank, worker_index=worker_of_rank(self.rank_workers, rank), at=at)

@@ -2,10 +2,10 @@
 
 import asyncio
 import shlex
-from dataclasses import dataclass
-
 import asyncssh
 from django.conf import settings
+
+from jobs.launch.plan import SshTarget
 
 
 class NodeError(Exception):
@@ -18,21 +18,12 @@ class NodeError(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class SshTarget:
-    label: str
-    address: str
-    port: int
-    username: str
-    private_key: str
-    # One OpenSSH public key line; empty means "trust on first use" (the caller records what was seen).
-    host_key: str = ""
-
-    def known_hosts(self):
-        if not self.host_key:
-            return None
-        host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
-        return asyncssh.import_known_hosts(f"{host} {self.host_key.strip()}\n")
+def known_hosts(target: SshTarget) -> asyncssh.SSHKnownHosts | None:
+    """The target's pinned host key for asyncssh; None trusts the first key seen (the caller pins it)."""
+    if not target.host_key:
+        return None
+    host = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+    return asyncssh.import_known_hosts(f"{host} {target.host_key.strip()}\n")
 
 
 def _reason(error: BaseException) -> str:
@@ -57,7 +48,7 @@ async def connect(target: SshTarget) -> asyncssh.SSHClientConnection:
                 port=target.port,
                 username=target.username,
                 client_keys=[asyncssh.import_private_key(target.private_key)],
-                known_hosts=target.known_hosts(),
+                known_hosts=known_hosts(target),
                 connect_timeout=settings.SSH_CONNECT_TIMEOUT,
                 login_timeout=settings.SSH_CONNECT_TIMEOUT,
                 keepalive_interval=15,

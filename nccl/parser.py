@@ -5,6 +5,20 @@ interfaces and (capped) warnings, never with the length of the log.  Any
 string is accepted: lines that look like NCCL but cannot be read are counted
 in `unparsed`, and nothing raises.  No Django imports, so workers, scripts
 and tests can use it directly.
+
+Two ways in:
+
+* `parse_nccl_log(lines)`, `parse_nccl_text(text)`, `parse_nccl_file(path)`
+  read raw text, lines as printed (an mpirun tag such as "[1,3]<stdout>:" in
+  front of a line is read and stripped by the parser itself);
+* `NcclLogReader` is fed line by line, either raw lines (`feed_line`) or
+  structured records a launcher already split (`feed_record(rank, stream,
+  text)`), and gives a `summary()` at any time, as often as wanted, while
+  feeding goes on.
+
+The collector owns a `NetworkFacts` (nccl.network) and a `ProblemFacts`
+(nccl.problems) and routes each message to the one it concerns; neither of
+them calls the other or the collector.
 """
 
 from __future__ import annotations
@@ -13,12 +27,14 @@ import io
 import re
 from collections.abc import Iterable
 
-from jobs import nccl_patterns as P
-from jobs.nccl_network import NetworkFacts
-from jobs.nccl_problems import MAX_TRACKED, ProblemFacts
-from jobs.nccl_summary import NcclSummary, build_summary, format_summary_text
+from . import patterns as P
+from .network import NetworkFacts
+from .problems import MAX_TRACKED, ProblemFacts
+from .summary import NcclSummary, build_summary, format_summary_text
 
 __all__ = [
+    "STREAMS",
+    "NcclLogReader",
     "NcclSummary",
     "format_summary_text",
     "parse_nccl_file",
@@ -26,6 +42,10 @@ __all__ = [
     "parse_nccl_text",
     "read_bounded_lines",
 ]
+
+# The streams of a structured record: a rank's stdout or stderr, or the launcher's own lines.
+STREAMS = ("stdout", "stderr", "system")
+_RANK_STREAMS = frozenset(STREAMS[:2])
 
 MAX_RANK_RECORDS = 1 << 16
 MAX_LINE_CHARS = 1 << 16
@@ -35,12 +55,17 @@ _find_header = P.HEADER.search
 _GLUED_SECONDS = re.compile(r"\d\d(?:[.,]\d+)?Z?")
 
 
-class _Collector(NetworkFacts, ProblemFacts):
-    """Accumulates facts line by line; `summary()` turns them into a NcclSummary."""
+class _Collector:
+    """Accumulates facts line by line; `summary()` turns them into a NcclSummary.
+
+    Facts about the network go to `self.network`, warnings and errors to
+    `self.problems`; the rest (versions, ranks, communicators, rings and
+    trees, the line counts) is kept here.
+    """
 
     def __init__(self) -> None:
-        NetworkFacts.__init__(self)
-        ProblemFacts.__init__(self)
+        self.network = NetworkFacts()
+        self.problems = ProblemFacts(note_text=self.network.note_socket_interface_failure)
         self.line_count = 0
         self.nccl_line_count = 0
         self.versions: dict[str, str | None] = {}
@@ -81,17 +106,46 @@ class _Collector(NetworkFacts, ProblemFacts):
             "Init": self.on_init_timings,
             "NCCL": self.on_version_word,
             "Connected": self.on_connected,
-            **self.network_dispatch(),
+            **self.network.network_dispatch(),
         }
 
-    # -- entry point -------------------------------------------------------
-    def read_line(self, line: str) -> None:
-        if self.error_context_lines and self.follow_error_context(line):
+    # -- entry points ------------------------------------------------------
+    def feed(self, raw: object, launcher_rank: int | None = None) -> None:
+        """One line of any type; a line the parser fails on is counted, never raised."""
+        self.line_count += 1
+        try:
+            if type(raw) is not str or len(raw) > MAX_LINE_CHARS:
+                raw = _as_text(raw)[:MAX_LINE_CHARS]
+            self.read_line(raw.rstrip("\r\n"), launcher_rank)
+        except Exception:  # one odd line must not lose the rest of the log
+            self.parser_errors += 1
+            self.add_unparsed(raw.rstrip("\r\n") if type(raw) is str else "<a line that could not be read>")
+
+    def feed_all(self, lines: Iterable[object]) -> None:
+        """`feed` over an iterable, inlined: this loop is the parser's hot path."""
+        read_line = self.read_line
+        try:
+            for raw in lines:
+                self.line_count += 1
+                try:
+                    if type(raw) is not str or len(raw) > MAX_LINE_CHARS:
+                        raw = _as_text(raw)[:MAX_LINE_CHARS]
+                    read_line(raw.rstrip("\r\n"))
+                except Exception:  # one odd line must not lose the rest of the log
+                    self.parser_errors += 1
+                    self.add_unparsed(raw.rstrip("\r\n") if type(raw) is str else "<a line that could not be read>")
+        except Exception:  # a failing iterator ends the input, it does not crash the caller
+            self.add_unparsed("<the input ended with a read error>")
+
+    def read_line(self, line: str, launcher_rank: int | None = None) -> None:
+        """`launcher_rank`: the rank a launcher stored the line under, its mpirun tag already removed."""
+        problems = self.problems
+        if problems.error_context_lines and problems.follow_error_context(line):
             return
         if "NCCL" not in line:
             if "nccl" in line:
                 if P.ERROR_TEXT.search(line):
-                    self.on_error_text(line)
+                    problems.on_error_text(line)
             elif "Pid" in line and "Rank" in line:
                 self.on_nccl_tests_rank(line)
             return
@@ -113,7 +167,7 @@ class _Collector(NetworkFacts, ProblemFacts):
             self.note_process(host, slot[1])
         text = line[header.end() :].strip()
         if level == "WARN" or level == "ABORT":
-            self.on_warn(slot, tid, source, text, line[:start])
+            problems.on_warn(slot, tid, source, text, line[:start], launcher_rank)
             return
         if not text or (level != "INFO" and level != "TRACE"):
             self.add_unparsed(line)
@@ -128,7 +182,7 @@ class _Collector(NetworkFacts, ProblemFacts):
         """Bare "NCCL version" lines, exception text, or a cut NCCL line."""
         has_version = "NCCL version" in line and self.on_version(line)
         if P.ERROR_TEXT.search(line):
-            self.on_error_text(line)
+            self.problems.on_error_text(line)
         elif has_version:
             self.nccl_line_count += 1
         elif "NCCL INFO" in line or "NCCL WARN" in line or P.HEADER_ONLY.search(line):
@@ -207,16 +261,16 @@ class _Collector(NetworkFacts, ProblemFacts):
     # -- INFO messages -------------------------------------------------------
     def on_other_info(self, slot: tuple, tid: str, text: str, word: str) -> bool:
         if word.startswith("NET/IB"):
-            return self.on_net_ib(slot, tid, text)
+            return self.network.on_net_ib(slot, tid, text)
         if word.startswith("NCCL_"):
-            return self.on_env(text)
+            return self.network.on_env(text)
         if word.isdecimal():
-            return self.on_numbered(text)
+            return self.network.on_numbered(text)
         if word.startswith(P.TOPOLOGY_WORD_PREFIXES):
-            return self.on_topology(text)
+            return self.network.on_topology(text)
         backtrace = P.BACKTRACE.match(text)
         if backtrace:
-            self.on_backtrace(slot, tid, backtrace.group(1), int(backtrace.group(2)))
+            self.problems.on_backtrace(slot, tid, backtrace.group(1), int(backtrace.group(2)))
             return True
         return word in P.QUIET_FIRST_WORDS or P.SOURCE_LOCATION.match(text) is not None
 
@@ -251,7 +305,7 @@ class _Collector(NetworkFacts, ProblemFacts):
 
     def on_connection(self, slot: tuple, match) -> None:
         _, _, src, src_tag, dst, dst_tag, direction, raw = match.groups()
-        transport = self.record_transport(raw[:200])
+        transport = self.network.record_transport(raw[:200])
         # The printing rank is the receiver for "[receive]" lines and for 2.3's
         # undirected NET lines, the sender otherwise.
         receiving = direction == "receive" or (direction is None and transport.startswith("NET/"))
@@ -284,7 +338,7 @@ class _Collector(NetworkFacts, ProblemFacts):
         if text.startswith("Connected all rings"):
             self.connected_all_rings = True
         elif "NVLS" in text:
-            self.nvls_used = True
+            self.network.nvls_used = True
         return True
 
     # -- communicators ---------------------------------------------------------
@@ -324,7 +378,7 @@ class _Collector(NetworkFacts, ProblemFacts):
         self.comm_index[index_key] = key
         if event == "Abort COMPLETE":
             state["aborted"] = True
-            self.add_error(("abort",), "NCCL communicator aborted (Abort COMPLETE)", slot[:2])
+            self.problems.add_error(("abort",), "NCCL communicator aborted (Abort COMPLETE)", slot[:2])
         elif event in ("Init COMPLETE", "COMPLETE"):
             state["started"] = state["complete"] = True
         elif event != "Destroy COMPLETE":
@@ -361,7 +415,57 @@ class _Collector(NetworkFacts, ProblemFacts):
 
     # -- results ---------------------------------------------------------------
     def summary(self) -> NcclSummary:
-        return build_summary(self)
+        """Reads the state, changes nothing: feeding may go on after it."""
+        return build_summary(self, self.network, self.problems)
+
+
+class NcclLogReader:
+    """An NCCL log read as it grows: feed lines, take `summary()` whenever wanted.
+
+    `feed_line(text)` takes a raw line as printed (an mpirun tag in front is
+    read by the parser); `feed_record(rank, stream, text)` takes a line a
+    launcher already split: `rank` the launcher rank whose output it is (None
+    for a line that is not a rank's), `stream` one of "stdout", "stderr" or
+    "system" (the launcher's own lines; the rank of a record on any stream
+    but "stdout" and "stderr" is not used), `text` the line without its tag.
+    A record of rank R reads like the raw line "[1,R]<stream>:text", except
+    that texts kept from it (error lines, unparsed examples) do not carry the
+    tag.  `summary()` can be called any number of times while feeding goes
+    on; each summary is independent of the reader's later state.  Not
+    thread-safe: callers that share a reader lock it.
+    """
+
+    __slots__ = ("_collector",)
+
+    def __init__(self) -> None:
+        self._collector = _Collector()
+
+    @property
+    def line_count(self) -> int:
+        """Lines and records fed so far."""
+        return self._collector.line_count
+
+    def feed_line(self, line: str) -> None:
+        """One raw line; its end of line, if any, is dropped."""
+        self._collector.feed(line)
+
+    def feed_lines(self, lines: Iterable[str]) -> None:
+        """Raw lines from any iterable (a file object works); an iterator that fails ends the input."""
+        if isinstance(lines, (str, bytes)):
+            lines = io.StringIO(_as_text(lines), newline=None)  # a whole text: iterating it would give characters
+        self._collector.feed_all(lines)
+
+    def feed_record(self, rank: int | None, stream: str, text: str) -> None:
+        """One line as a launcher stored it: whose it is, on which stream, and its text without the tag."""
+        self._collector.feed(text, rank if stream in _RANK_STREAMS else None)
+
+    def feed_records(self, records: Iterable[tuple[int | None, str, str]]) -> None:
+        """`feed_record` for each (rank, stream, text) tuple."""
+        for rank, stream, text in records:
+            self.feed_record(rank, stream, text)
+
+    def summary(self) -> NcclSummary:
+        return self._collector.summary()
 
 
 def _clean_host(line: str, cut: int, host: str) -> str:
@@ -385,19 +489,7 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclSummary:
     if isinstance(lines, (str, bytes)):
         return parse_nccl_text(lines)  # a whole log passed by mistake: iterating it would give characters
     collector = _Collector()
-    read_line = collector.read_line
-    try:
-        for raw in lines:
-            collector.line_count += 1
-            try:
-                if type(raw) is not str or len(raw) > MAX_LINE_CHARS:
-                    raw = _as_text(raw)[:MAX_LINE_CHARS]
-                read_line(raw.rstrip("\r\n"))
-            except Exception:  # one odd line must not lose the rest of the log
-                collector.parser_errors += 1
-                collector.add_unparsed(raw.rstrip("\r\n") if type(raw) is str else "<a line that could not be read>")
-    except Exception:  # a failing iterator ends the input, it does not crash the caller
-        collector.add_unparsed("<the input ended with a read error>")
+    collector.feed_all(lines)
     return collector.summary()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from jobs.nccl_patterns import is_link_local, is_suspicious_interface
+from .patterns import is_link_local, is_suspicious_interface
 
 PROMISED_NETWORKS = ("none", "socket", "ib", "roce")
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -1,21 +1,34 @@
 """The problems half of the NCCL log collector: WARN lines, the "file:line -> N"
 backtraces that follow them, and NCCL error text printed by the program
-(PyTorch, Horovod, OneFlow exceptions).  A mixin for `jobs.nccl_parser`.
-No Django imports.
+(PyTorch, Horovod, OneFlow exceptions).
+
+The collector in `nccl.parser` owns one `ProblemFacts`.  The one fact it
+shares with the network half (a "no socket interface found" in a warning or
+an error) is handed over through the `note_text` callable given to it, so the
+class reads on its own.  No Django imports.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from jobs import nccl_patterns as P
+from . import patterns as P
 
 MAX_STORED = 200  # warnings and distinct errors kept; the rest are counted
 MAX_TRACKED = 10_000  # processes, comm handles, threads: a cap against absurd input
 
 
 class ProblemFacts:
-    def __init__(self) -> None:
+    """Warnings, errors and result codes, line by line.
+
+    `note_text` is called with the text of every warning and error (and the
+    detail after "Last error:"): the network half looks there for "no socket
+    interface found".
+    """
+
+    def __init__(self, note_text: Callable[[str], None]) -> None:
+        self.note_text = note_text
         self.warning_records: list[dict] = []
         self.warnings_total = 0
         self.errors: dict[tuple, dict] = {}
@@ -42,7 +55,7 @@ class ProblemFacts:
     def on_error_text(self, line: str) -> None:
         text = line.strip()[:300]
         self.add_error(("text", text), text)
-        self.note_socket_interface_failure(text)
+        self.note_text(text)
         self.error_context_lines = 3
 
     def follow_error_context(self, line: str) -> bool:
@@ -51,7 +64,7 @@ class ProblemFacts:
         if self.awaiting_error_detail:
             if text:
                 self.add_error(("text", "Last error: " + text[:280]), "Last error: " + text[:280])
-                self.note_socket_interface_failure(text)
+                self.note_text(text)
                 self.awaiting_error_detail = False
                 self.error_context_lines = 0
             return True
@@ -59,7 +72,7 @@ class ProblemFacts:
             detail = text[len("Last error:") :].strip()
             if detail:
                 self.add_error(("text", text[:300]), text[:300])
-                self.note_socket_interface_failure(detail)
+                self.note_text(detail)
                 self.error_context_lines = 0
             else:
                 self.awaiting_error_detail = True
@@ -71,10 +84,16 @@ class ProblemFacts:
         return False
 
     # -- warnings and backtraces ---------------------------------------------
-    def on_warn(self, slot: tuple, tid: str, source: str | None, message: str, prefix: str) -> None:
+    def on_warn(
+        self, slot: tuple, tid: str, source: str | None, message: str, prefix: str, launcher_rank: int | None = None
+    ) -> None:
+        """`launcher_rank` is the rank the launcher stored the line under; without it, the
+        mpirun tag in the line's `prefix` (if any) names it."""
         kind, fatal = P.classify_warning(source, message)
         self.warnings_total += 1
-        tag = P.MPIRUN_TAG.search(prefix)  # "[1,23]<stdout>:" names the launcher's rank
+        if launcher_rank is None:
+            tag = P.MPIRUN_TAG.search(prefix)  # "[1,23]<stdout>:" names the launcher's rank
+            launcher_rank = int(tag.group(2)) if tag else None
         if len(self.warning_records) < MAX_STORED:
             self.warning_records.append(
                 {
@@ -85,7 +104,7 @@ class ProblemFacts:
                     "message": message[:500],
                     "kind": kind,
                     "fatal": fatal,
-                    "launcher_rank": int(tag.group(2)) if tag else None,
+                    "launcher_rank": launcher_rank,
                 }
             )
         thread = (slot[0], slot[1], tid)
@@ -101,7 +120,7 @@ class ProblemFacts:
                     "host": slot[0],
                 }
             )
-        self.note_socket_interface_failure(message)
+        self.note_text(message)
         if fatal:
             where = f" [{source}]" if source else ""
             self.add_error(("warn", message[:200]), f"{message[:300]}{where}", slot[:2])

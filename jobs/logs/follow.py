@@ -17,12 +17,13 @@ from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 from rest_framework.authtoken.models import Token
 
-from .access import visible_jobs
-from .forms import LogQueryForm
-from .log_forms import event_cursor
-from .log_store import read_after, rendered_chunk
-from .models import FINAL_STATES, LogLine, TrainingJob
-from .progress import JobNews
+from jobs.access import visible_jobs
+from jobs.forms import form_errors
+from jobs.logs.forms import LogQueryForm
+from jobs.logs.forms import event_cursor
+from jobs.logs.store import read_after, rendered_chunk
+from jobs.models import FINAL_STATES, LogLine, TrainingJob
+from jobs.logs.progress import JobNews
 
 EVENT_BATCH_LINES = 1000
 # A comment this often keeps proxies from closing a quiet stream; it is also how long a follower
@@ -138,8 +139,7 @@ async def job_log_events(request, pk: int):
         return _error(404, "No TrainingJob matches the given query.")
     form = LogQueryForm(request.GET)
     if not form.is_valid():
-        return _error(400, {name: [error["message"] for error in errors]
-                            for name, errors in form.errors.get_json_data().items()})
+        return _error(400, form_errors(form))
     try:
         cursor = event_cursor(request.headers.get("Last-Event-ID"), form.cleaned_data["after"])
     except ValidationError as error:

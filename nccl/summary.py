@@ -105,6 +105,11 @@ def _world_ranks(records: dict, nranks: int | None) -> list[dict]:
     return [world[rank] for rank in sorted(world)]
 
 
+def _own_lists(entry: dict) -> dict:
+    """A copy of an entry whose lists (an interface's hosts, CollNet's devices) are copies too."""
+    return {key: list(value) if type(value) is list else value for key, value in entry.items()}
+
+
 def _render_error(entry: dict) -> str:
     processes = len(entry["processes"])
     if processes > 1:
@@ -114,28 +119,30 @@ def _render_error(entry: dict) -> str:
     return entry["text"]
 
 
-def build_summary(c) -> NcclSummary:
-    """Turn the collector's state (jobs.nccl_parser._Collector) into a summary."""
+def build_summary(c, n, p) -> NcclSummary:
+    """Turn the collector's state into a summary: `c` the collector (nccl.parser._Collector),
+    `n` its NetworkFacts, `p` its ProblemFacts.  Reads them, changes nothing, and shares no
+    mutable value with them, so the summary stays as it is while the collector reads on."""
     versions = list(c.versions)
     version = versions[0] if versions else None
     version_tuple = tuple(int(part) for part in version.split(".")) if version else None
     nranks = max(c.nranks_seen) if c.nranks_seen else None
-    net, net_source, networks = c.decide_net(version_tuple)
-    socket_interfaces = [dict(entry) for entry in c.socket_ifaces.values()]
-    bootstrap_interfaces = [dict(entry) for entry in c.bootstrap_ifaces.values()]
+    net, net_source, networks = n.decide_net(version_tuple)
+    socket_interfaces = [_own_lists(entry) for entry in n.socket_ifaces.values()]
+    bootstrap_interfaces = [_own_lists(entry) for entry in n.bootstrap_ifaces.values()]
     address_kind = "bootstrap"
-    if not c.bootstrap_line_seen and version_tuple is not None and version_tuple < (2, 5):
+    if not n.bootstrap_line_seen and version_tuple is not None and version_tuple < (2, 5):
         # NCCL 2.4 printed its bootstrap interface as "NET/Socket : Using ...".
-        bootstrap_interfaces, address_kind = [dict(entry) for entry in socket_interfaces], "socket"
+        bootstrap_interfaces, address_kind = [_own_lists(entry) for entry in socket_interfaces], "socket"
     ranks = _world_ranks(c.rank_records, nranks)
     slot_rank = {}
     for record in ranks:
         if record["host"] is not None:
             slot_rank.setdefault((record["host"], record["pid"], record["cuda_dev"]), record["rank"])
-            record["bootstrap_address"] = c.process_address.get((address_kind, record["host"], record["pid"]))
+            record["bootstrap_address"] = n.process_address.get((address_kind, record["host"], record["pid"]))
     host_of_rank = {record["rank"]: record["host"] for record in ranks if record["host"]}
     warnings, details = [], []
-    for warning in c.warning_records:
+    for warning in p.warning_records:
         rank = slot_rank.get((warning["host"], warning["pid"], warning["cuda_dev"]))
         who = f"{warning['host']} pid {warning['pid']} dev {warning['cuda_dev']}"
         if rank is not None:
@@ -146,17 +153,17 @@ def build_summary(c) -> NcclSummary:
         warnings.append(f"{who}: {warning['message']}{where}")
         details.append({**warning, "rank": rank})
     started = [state for state in c.comms.values() if state["started"]]
-    transports = set(c.transport_counts)
-    if c.nvls_used:
+    transports = set(n.transport_counts)
+    if n.nvls_used:
         transports.add("NVLS")
-    if c.channel_counts.get("collnet"):
+    if n.channel_counts.get("collnet"):
         transports.add("CollNet")
-    topology = dict(c.topology, gpus=sorted(c.topology["gpus"]), nics=sorted(c.topology["nics"]))
+    topology = dict(n.topology, gpus=sorted(n.topology["gpus"]), nics=sorted(n.topology["nics"]))
     return NcclSummary(
         version=version,
         versions=versions,
         cuda_version=c.cuda_version,
-        cuda_driver_version=c.driver_version,
+        cuda_driver_version=n.driver_version,
         nranks=nranks,
         nranks_seen=sorted(c.nranks_seen),
         nnodes=c.nnodes,
@@ -164,26 +171,26 @@ def build_summary(c) -> NcclSummary:
         process_count=len(c.processes),
         ranks=ranks,
         transports=sorted(transports),
-        transport_counts=dict(sorted(c.transport_counts.items())),
-        transport_variants=dict(sorted(c.transport_variants.items())),
-        net_device_indices={name: sorted(indices) for name, indices in sorted(c.net_device_indices.items())},
+        transport_counts=dict(sorted(n.transport_counts.items())),
+        transport_variants=dict(sorted(n.transport_variants.items())),
+        net_device_indices={name: sorted(indices) for name, indices in sorted(n.net_device_indices.items())},
         net=net,
         net_source=net_source,
         networks=networks,
-        ib_link_layer=c.ib_link_layer(),
-        net_detail=c.net_detail(net, socket_interfaces),
-        ib_devices=[dict(entry) for entry in c.ib_devices.values()],
-        ib_no_device=c.ib_no_device,
-        no_socket_interface=c.no_socket_interface,
-        ib_oob_interfaces=[dict(entry) for entry in c.ib_oob.values()],
-        gdrdma=c.gdrdma(),
+        ib_link_layer=n.ib_link_layer(),
+        net_detail=n.net_detail(net, socket_interfaces),
+        ib_devices=[_own_lists(entry) for entry in n.ib_devices.values()],
+        ib_no_device=n.ib_no_device,
+        no_socket_interface=n.no_socket_interface,
+        ib_oob_interfaces=[_own_lists(entry) for entry in n.ib_oob.values()],
+        gdrdma=n.gdrdma(),
         bootstrap_interfaces=bootstrap_interfaces,
         socket_interfaces=socket_interfaces,
-        net_plugin=dict(c.plugin),
-        collnet=dict(c.collnet) if c.collnet else None,
-        nvls=c.nvls_used,
-        channel_counts=dict(c.channel_counts),
-        env=dict(sorted(c.env.items())),
+        net_plugin=dict(n.plugin),
+        collnet=_own_lists(n.collnet) if n.collnet else None,
+        nvls=n.nvls_used,
+        channel_counts=dict(n.channel_counts),
+        env=dict(sorted(n.env.items())),
         init_complete=all(state["complete"] for state in started) if started else None,
         communicators={
             "handles": len(c.comms),
@@ -203,17 +210,17 @@ def build_summary(c) -> NcclSummary:
         connected_all_rings=c.connected_all_rings,
         intra_host_net_connections=sum(1 for host, peer in c.net_peers if host_of_rank.get(peer) == host),
         warnings=warnings,
-        warnings_omitted=c.warnings_total - len(warnings),
+        warnings_omitted=p.warnings_total - len(warnings),
         warning_details=details,
-        errors=[_render_error(entry) for entry in c.errors.values()],
-        errors_omitted=c.errors_omitted,
+        errors=[_render_error(entry) for entry in p.errors.values()],
+        errors_omitted=p.errors_omitted,
         error_details=[
             {"kind": key[0], "text": entry["text"], "count": entry["count"], "processes": len(entry["processes"])}
-            for key, entry in c.errors.items()
+            for key, entry in p.errors.items()
         ],
-        error_codes=dict(c.error_codes),
-        duplicate_gpus=list(c.duplicate_gpus),
-        connect_retries=dict(c.connect_retries),
+        error_codes=dict(p.error_codes),
+        duplicate_gpus=[_own_lists(entry) for entry in p.duplicate_gpus],
+        connect_retries=dict(n.connect_retries),
         topology=topology,
         line_count=c.line_count,
         nccl_line_count=c.nccl_line_count,

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
+from django.template.defaultfilters import filesizeformat
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .models import LauncherDefaults, LogLine, LogStream, TrainingJob
-from .progress import JobProgressPublisher
+from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
+from jobs.logs.progress import JobProgressPublisher
 
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
 # How many sequence numbers one filtered read may look at; a sparse filter answers in steps of this.
@@ -62,16 +63,13 @@ def _clip(text: str) -> tuple[str, int]:
     return clipped, len(clipped.encode("utf-8"))
 
 
-def _format_bytes(count: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:g} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1024
-    return str(count)
+def readable_size(count: int) -> str:
+    """Django's filesizeformat with a plain space: these words go into logs and messages, not only pages."""
+    return filesizeformat(count).replace("\xa0", " ")
 
 
 def cap_note(cap: int) -> str:
-    return (f"Log cap reached: {_format_bytes(cap)} of output stored. The program's further output is not stored; "
+    return (f"Log cap reached: {readable_size(cap)} of output stored. The program's further output is not stored; "
             "the job keeps running.")
 
 

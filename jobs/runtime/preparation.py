@@ -13,55 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from .command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
-from .node_ssh import NodeError, SshTarget, connect, run_checked, upload
-from .platform_env import RANK_AGENT_PATH
+from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
+from jobs.launch.plan import JobPlan, WorkerPlan
+from jobs.runtime.ssh import NodeError, connect, run_checked, upload
+from jobs.launch.platform_env import RANK_AGENT_PATH
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
 CONTAINER_HOME = "/home/ma-user"
 RANK_AGENT = (NODE_SCRIPTS / "rank-agent.sh").read_text()
-
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    index: int
-    node: SshTarget
-    address: str
-    hostname: str
-    env: dict[str, str]
-    workdir: str
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    job_id: int
-    job_dns: str
-    user: str
-    preferred_uid: int
-    sshd_port: int
-    processes_per_node: int
-    code_dir_name: str
-    code_dir_path: str
-    client_private_key: str
-    client_public_key: str
-    host_private_key: str
-    host_public_key: str
-    hostfile: str
-    tune_file: str
-    hosts_file: str
-    argv: list[str]
-    working_dir: str
-    workers: list[WorkerPlan]
-
-    def container_target(self, worker: WorkerPlan) -> SshTarget:
-        return SshTarget(
-            label=f"worker-{worker.index} ({worker.node.label})",
-            address=worker.address,
-            port=self.sshd_port,
-            username=self.user,
-            private_key=self.client_private_key,
-            host_key=self.host_public_key,
-        )
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,16 @@
-"""Launch: run the background command on worker-0 and stream every rank's output into the job's log."""
+"""The sink a running job's output goes into: in order, in batches, under the log cap, with bounded memory."""
 
 import asyncio
 import logging
-import shlex
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-import asyncssh
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.db import connection as db_connection
 
-from .log_store import LogRecord, StoreResult, store_lines
-from .models import LogStream
-from .mpirun_output import MpirunOutput
-from .node_preparation import JobPlan
-from .node_ssh import connect
-from .ssh_output import STDERR, STDOUT, BoundedOutput
+from jobs.logs.store import LogRecord, StoreResult, store_lines
+from jobs.models import LogStream
 
 # Batches handed to the writer and not yet stored; a full queue makes the readers wait (backpressure),
 # which in turn stops reading the SSH channel, so mpirun and then the program wait too.
@@ -114,7 +109,7 @@ class LogSink:
             finally:
                 self.queue.task_done()
 
-    async def _store(self, loop, batch: list[LogRecord], dropped: int) -> StoreResult:
+    async def _store(self, loop: asyncio.AbstractEventLoop, batch: list[LogRecord], dropped: int) -> StoreResult:
         # A database that is briefly away (locked, restarting) pauses the output instead of losing it.
         delays = iter(STORE_RETRY_SECONDS)
         while True:
@@ -136,46 +131,3 @@ class LogSink:
             except asyncio.QueueEmpty:
                 return
             self.queue.task_done()
-
-
-async def _pump(output: BoundedOutput, plan: JobPlan, sink: LogSink) -> None:
-    """mpirun's stdout and stderr, each read back into its ranks' lines, into the sink until the session ends."""
-    streams = {STDOUT: MpirunOutput(LogStream.STDOUT, plan.processes_per_node, settings.LOG_LINE_MAX_BYTES),
-               STDERR: MpirunOutput(LogStream.STDERR, plan.processes_per_node, settings.LOG_LINE_MAX_BYTES)}
-    # Ends when the channel closes: mpirun exited, or the container went away under us (a stop, a
-    # lost node); what was read is kept either way.
-    while (chunk := await output.read()) is not None:
-        data, datatype = chunk
-        await sink.add_many(streams.get(datatype, streams[STDOUT]).feed(data))
-    for stream in streams.values():
-        await sink.add_many(stream.finish())
-
-
-async def launch(plan: JobPlan, sink: LogSink) -> int | None:
-    """Run mpirun on worker-0; return its exit code, or None when the session was cut before it ended."""
-    worker0 = plan.workers[0]
-    connection = await connect(plan.container_target(worker0))
-    async with sink, connection:
-        command = f"cd {shlex.quote(plan.working_dir)} && exec {shlex.join(plan.argv)}"
-        channel, output = await connection.create_session(BoundedOutput, command, encoding="utf-8", errors="replace")
-        await _pump(output, plan, sink)
-        try:
-            await asyncio.wait_for(channel.wait_closed(), timeout=10)
-        except (asyncio.TimeoutError, asyncssh.Error, OSError):
-            pass
-        status = channel.get_exit_status()
-        signal = channel.get_exit_signal()
-    if status is not None and status >= 0:
-        return status
-    if signal:
-        return 128 + _signal_number(signal[0])
-    return None
-
-
-def _signal_number(name: str) -> int:
-    import signal as signals
-
-    try:
-        return int(getattr(signals, f"SIG{name}"))
-    except (AttributeError, TypeError):
-        return 0

@@ -11,20 +11,39 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence, TypedDict, cast
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
-from .log_store import lines_after, service_line
-from .metrics import MetricExtractor, default_metric_definitions
-from .models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
+from jobs.launch.plan import worker_of_rank
+from jobs.logs.store import lines_after, service_line
+from jobs.results.metrics import MetricExtractor, default_metric_definitions
+from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
 
 logger = logging.getLogger(__name__)
 
 MONITOR_INTERVAL_SECONDS = 1.0
 READ_BATCH = 2000
+
+
+class SilentRank(TypedDict):
+    """A rank the watchdog found silent (kept in TrainingJob.silent_ranks)."""
+
+    rank: int
+    worker: int
+    node: str
+    silent_since: str
+    last_line: str
+
+
+class WatchedJob(TypedDict):
+    status: str
+    started_at: datetime | None
+    auto_stop_hours: int | None
+    watchdog_seconds: int | None
+    log_lines_dropped: int
 
 
 @dataclass(frozen=True)
@@ -37,20 +56,20 @@ StopCallback = Callable[[str, str], Awaitable[None]]
 
 
 class RunMonitor:
-    def __init__(self, job_id: int, rank_count: int, processes_per_node: int, node_names: dict[int, str],
+    def __init__(self, job_id: int, rank_workers: Sequence[int], node_names: dict[int, str],
                  request_stop: StopCallback, started: datetime | None = None):
         self.job_id = job_id
-        self.processes_per_node = max(processes_per_node, 1)
+        self.rank_workers = rank_workers
         self.node_names = node_names
         self.request_stop = request_stop
         started = started or timezone.now()
         # A rank that has printed nothing yet has been silent since the launch.
-        self.last_heard = {rank: started for rank in range(rank_count)}
+        self.last_heard = {rank: started for rank in range(len(rank_workers))}
         self.last_text: dict[int, str] = {}
         self.cursor = 0
         self.extractor: MetricExtractor | None = None
         self.silent: list[int] = []
-        self.stop_task: asyncio.Task | None = None
+        self.stop_task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         while True:
@@ -64,7 +83,7 @@ class RunMonitor:
                 self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
             await asyncio.sleep(MONITOR_INTERVAL_SECONDS)
 
-    async def finish(self, task: asyncio.Task) -> None:
+    async def finish(self, task: asyncio.Task[None]) -> None:
         """Stop the loop, let a stop it began complete, and read the lines the launch stored last."""
         task.cancel()
         try:
@@ -82,9 +101,7 @@ class RunMonitor:
 
     def tick(self) -> StopRequest | None:
         self.read_new_lines()
-        job = TrainingJob.objects.filter(pk=self.job_id).values(
-            "status", "started_at", "auto_stop_hours", "watchdog_seconds", "log_lines_dropped"
-        ).get()
+        job = cast(WatchedJob, TrainingJob.objects.filter(pk=self.job_id).values(*WatchedJob.__annotations__).get())
         if job["status"] != JobStatus.RUNNING:
             return None
         now = timezone.now()
@@ -126,7 +143,7 @@ class RunMonitor:
                 final[point.name] = point.value
             TrainingJob.objects.filter(pk=self.job_id).update(final_metrics=final)
 
-    def watch(self, job: dict, now: datetime) -> StopRequest | None:
+    def watch(self, job: WatchedJob, now: datetime) -> StopRequest | None:
         seconds = job["watchdog_seconds"]
         # Past the log cap the output is no longer stored, so silence can no longer be told from it.
         if not seconds or job["log_lines_dropped"]:
@@ -143,14 +160,14 @@ class RunMonitor:
 
     def _record_silence(self, silent: list[int], seconds: int, now: datetime) -> None:
         entries = [
-            {
-                "rank": rank,
-                "worker": rank // self.processes_per_node,
-                "node": self.node_names.get(rank // self.processes_per_node, ""),
-                "silent_since": self.last_heard[rank].isoformat(),
+            SilentRank(
+                rank=rank,
+                worker=worker_of_rank(self.rank_workers, rank),
+                node=self.node_names.get(worker_of_rank(self.rank_workers, rank), ""),
+                silent_since=self.last_heard[rank].isoformat(),
                 # What it printed last (a traceback's last line, a stuck step) often says why it stopped.
-                "last_line": self.last_text.get(rank, ""),
-            }
+                last_line=self.last_text.get(rank, ""),
+            )
             for rank in silent
         ]
         ranks = ", ".join(str(rank) for rank in silent)

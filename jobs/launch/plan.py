@@ -1,0 +1,221 @@
+"""The launch plan: everything a job's run needs, computed once from the job and its allocated workers.
+
+Pure: no SSH and no database writes. The form's preview, the run on the nodes and the job pages all
+take the command, each worker's environment and the rank placement from here, so what a user is
+shown is what runs. The runtime keeps the plan's command, hostfile and tune file on the job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from jobs.launch.command_builder import CommandError, LaunchCommand, LaunchInputs, build_launch_command, split_args
+from jobs.launch.platform_env import hosts_file_text, worker_environment
+
+if TYPE_CHECKING:
+    from jobs.models import TrainingJob, Worker
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    label: str
+    address: str
+    port: int
+    username: str
+    private_key: str
+    # One OpenSSH public key line; empty means "trust on first use" (the caller records what was seen).
+    host_key: str = ""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    private: str
+    public: str
+
+
+def new_key_pair() -> KeyPair:
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return KeyPair(private, public.strip())
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    index: int
+    node: SshTarget
+    address: str
+    hostname: str
+    env: dict[str, str]
+    workdir: str
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job_id: int
+    job_dns: str
+    user: str
+    preferred_uid: int
+    sshd_port: int
+    processes_per_node: int
+    code_dir_name: str
+    code_dir_path: str
+    client_private_key: str
+    client_public_key: str
+    host_private_key: str
+    host_public_key: str
+    hostfile: str
+    tune_file: str
+    hosts_file: str
+    argv: list[str]
+    working_dir: str
+    workers: list[WorkerPlan]
+    command_template: str = ""
+    command: str = ""
+    # The worker each rank runs on, by rank: computed once from the mapping options (see rank_workers).
+    rank_workers: tuple[int, ...] = ()
+
+    @property
+    def rank_count(self) -> int:
+        return len(self.rank_workers)
+
+    def worker_of_rank(self, rank: int) -> int:
+        return worker_of_rank(self.rank_workers, rank)
+
+    def node_names(self) -> dict[int, str]:
+        return {worker.index: worker.node.label for worker in self.workers}
+
+    def container_target(self, worker: WorkerPlan) -> SshTarget:
+        return SshTarget(
+            label=f"worker-{worker.index} ({worker.node.label})",
+            address=worker.address,
+            port=self.sshd_port,
+            username=self.user,
+            private_key=self.client_private_key,
+            host_key=self.host_public_key,
+        )
+
+
+def worker_of_rank(rank_workers: Sequence[int], rank: int) -> int:
+    """The worker a rank ran on; a rank outside the plan (never expected) is put on worker-0."""
+    return rank_workers[rank] if 0 <= rank < len(rank_workers) else 0
+
+
+MAP_BY = re.compile(r"^--?map-by$")
+
+
+def rank_workers(mpirun_options: str, processes_per_node: int, node_count: int) -> tuple[int, ...]:
+    """Where mpirun puts each rank, for the hostfile the plan writes (every worker with the same slots).
+
+    `-map-by slot` (the reference's default) fills worker-0's slots first; `-map-by node` deals ranks
+    round-robin over the workers. Other policies are taken as slot filling, which is what they do
+    with a hostfile of equal slots and one process per slot.
+    """
+    try:
+        words = split_args("mpirun options", mpirun_options)
+    except CommandError:
+        words = []
+    policy = "slot"
+    for word, following in zip(words, words[1:] + [""]):
+        if MAP_BY.match(word):
+            policy = following.split(":")[0].lower()
+        elif word.startswith(("--map-by=", "-map-by=")):
+            policy = word.split("=", 1)[1].split(":")[0].lower()
+    per_node = max(processes_per_node, 1)
+    total = per_node * max(node_count, 1)
+    if policy == "node":
+        return tuple(rank % max(node_count, 1) for rank in range(total))
+    return tuple(rank // per_node for rank in range(total))
+
+
+def worker_environment_for(job: TrainingJob, index: int, addresses: Sequence[str]) -> dict[str, str]:
+    """One worker's variables, as its container gets them; the preview and the pages use the same."""
+    return worker_environment(
+        job_dns=job.dns_name,
+        worker_index=index,
+        worker_addresses=addresses,
+        gpus_per_node=job.spec.gpu_count,
+        engine_env=job.engine_version.default_env,
+        user_env=job.env,
+    )
+
+
+def launch_inputs(job: TrainingJob, worker_hostnames: list[str], worker0_env: Mapping[str, str]) -> LaunchInputs:
+    """What the command builder needs from a job."""
+    return LaunchInputs(
+        processes_per_node=job.spec.processes_per_node,
+        worker_hostnames=worker_hostnames,
+        sshd_port=job.sshd_port or 0,
+        python=job.engine_version.python,
+        code_dir_name=job.code_dir.name,
+        boot_file=job.boot_file,
+        parameters=[(item["name"], item["value"]) for item in job.parameters],
+        worker0_env=dict(worker0_env),
+        bind_args=job.bind_args,
+        x_args=job.x_args,
+        mca_args=job.mca_args,
+        extra_args=job.extra_args,
+        tune_prefixes=[prefix for prefix in job.tune_prefixes.split(",") if prefix],
+    )
+
+
+def job_command(job: TrainingJob, worker_hostnames: list[str], addresses: Sequence[str]) -> LaunchCommand:
+    return build_launch_command(launch_inputs(job, worker_hostnames, worker_environment_for(job, 0, addresses)))
+
+
+def job_rank_workers(job: TrainingJob) -> tuple[int, ...]:
+    return rank_workers(f"{job.bind_args} {job.extra_args}", job.spec.processes_per_node, job.node_count)
+
+
+def worker_plans(job: TrainingJob, workers: Sequence[Worker], work_root: str,
+                 environments: Sequence[Mapping[str, str]] | None = None) -> list[WorkerPlan]:
+    root = work_root.rstrip("/")
+    return [
+        WorkerPlan(
+            index=worker.index,
+            node=worker.node.ssh_target(),
+            address=worker.address,
+            hostname=worker.hostname,
+            env=dict(environments[worker.index]) if environments else {},
+            workdir=f"{root}/{job.dns_name}/worker-{worker.index}",
+        )
+        for worker in workers
+        if worker.node
+    ]
+
+
+def plan_job(job: TrainingJob, workers: Sequence[Worker], *, work_root: str, user: str, preferred_uid: int,
+             client_key: KeyPair, host_key: KeyPair) -> JobPlan:
+    """The plan of a job whose workers are allocated (ordered by index)."""
+    addresses = [worker.address for worker in workers]
+    environments = [worker_environment_for(job, worker.index, addresses) for worker in workers]
+    command = build_launch_command(launch_inputs(job, [worker.hostname for worker in workers], environments[0]))
+    return JobPlan(
+        job_id=job.pk,
+        job_dns=job.dns_name,
+        user=user,
+        preferred_uid=preferred_uid,
+        sshd_port=job.sshd_port or 0,
+        processes_per_node=job.spec.processes_per_node,
+        code_dir_name=job.code_dir.name,
+        code_dir_path=job.code_dir.path,
+        client_private_key=client_key.private,
+        client_public_key=client_key.public,
+        host_private_key=host_key.private,
+        host_public_key=host_key.public,
+        hostfile=command.hostfile,
+        tune_file=command.tune_file,
+        hosts_file=hosts_file_text(job.dns_name, addresses),
+        argv=command.argv,
+        working_dir=command.working_dir,
+        workers=worker_plans(job, workers, work_root, environments),
+        command_template=command.template,
+        command=command.expanded,
+        rank_workers=job_rank_workers(job),
+    )

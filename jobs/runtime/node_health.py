@@ -1,0 +1,164 @@
+"""Node health: reach each node over SSH, record what it has, and decide whether it may take jobs.
+
+A check pins the node's host key on first contact and refuses a node that later shows another.
+It records GPUs, CPU cores, memory, network interfaces, RDMA devices and the Open MPI and Python
+versions; what contradicts the node's spec is flagged (see `spec_contradictions`), not hidden.
+Every SSH step has a timeout, and the whole check has one more, so a dead node costs seconds.
+
+Parsing and judging are pure (jobs.node_facts); only `probe` talks to a node and only `record` writes.
+"""
+
+import asyncio
+import logging
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Iterable
+
+import asyncssh
+from django.conf import settings
+from django.utils import timezone
+
+from jobs.launch.plan import SshTarget
+from jobs.models import FINAL_STATES, LauncherDefaults, Node, Worker
+from jobs.node_facts import NodeFacts, parse_facts, socket_ifnames, spec_contradictions
+from jobs.runtime.preparation import NODE_SCRIPTS
+from jobs.runtime.ssh import NodeError, connect, host_key_line
+
+logger = logging.getLogger(__name__)
+
+# nvidia-smi can hang on a GPU in a bad state; the script bounds it below this.
+HEALTH_COMMAND_TIMEOUT = 30
+HEALTH_CONCURRENCY = 32
+
+FACTS_SCRIPT = (NODE_SCRIPTS / "health-facts.sh").read_text()
+
+
+def _worker_of_workdir(workdir: str) -> tuple[int, int] | None:
+    # <work root>/<job dns name>/worker-<index>, the dns name ending in "-<job id>".
+    match = re.search(r"-(\d+)/worker-(\d+)/?$", workdir)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
+    """This node's containers of jobs that are over but still have processes (a teardown that failed).
+
+    Only the node's own workers count: nodes that share a filesystem (the local cluster) see each
+    other's work directories.
+    """
+    live = {}
+    for entry in facts.get("containers") or []:
+        worker = _worker_of_workdir(entry["workdir"])
+        if entry["processes"] and worker:
+            live[worker] = f"{entry['workdir']} ({entry['processes']} process(es))"
+    if not live:
+        return []
+    # A job is torn down before it reaches a final state, so a final job's processes are leftovers.
+    ended_here = set(
+        Worker.objects.filter(node_id=node_id, job_id__in={job_id for job_id, _index in live},
+                              job__status__in=FINAL_STATES).values_list("job_id", "index")
+    )
+    return [text for worker, text in live.items() if worker in ended_here]
+
+
+# ---- Talking to nodes ----
+
+@dataclass(frozen=True)
+class Probe:
+    """What one check learnt: the facts, or why the node could not be checked."""
+
+    node_id: int
+    facts: NodeFacts | None = None
+    error: str = ""
+    host_key: str = ""
+
+
+async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames: list[str]) -> Probe:
+    try:
+        connection = await connect(target)
+        async with connection:
+            seen_key = host_key_line(connection)
+            # The script goes on stdin: the command line (and every SSH log line) stays short.
+            result = await connection.run(shlex.join(["sh", "-s", "--", work_root]), input=FACTS_SCRIPT,
+                                          check=False, timeout=HEALTH_COMMAND_TIMEOUT)
+    except NodeError as error:
+        return Probe(node_id, error=str(error))
+    except asyncio.TimeoutError:
+        return Probe(node_id, error=f"{target.label}: health check failed: timed out after {HEALTH_COMMAND_TIMEOUT} s")
+    except (OSError, asyncssh.Error) as error:
+        return Probe(node_id, error=f"{target.label}: health check failed: {error or type(error).__name__}")
+    if result.exit_status != 0:
+        detail = str(result.stderr or "").strip()[-500:]
+        return Probe(node_id, error=f"{target.label}: health check failed: exit status {result.exit_status}: {detail}")
+    return Probe(node_id, facts=parse_facts(str(result.stdout or ""), wanted_ifnames), host_key=seen_key)
+
+
+async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted_ifnames: list[str]) -> list[Probe]:
+    gate = asyncio.Semaphore(HEALTH_CONCURRENCY)
+    # Each step already has its timeout; this bounds the sum, so one node can never hold the rest.
+    deadline = settings.SSH_CONNECT_TIMEOUT * 2 + HEALTH_COMMAND_TIMEOUT + 5
+
+    async def one(node_id: int, target: SshTarget) -> Probe:
+        async with gate:
+            try:
+                return await asyncio.wait_for(probe(node_id, target, work_root, wanted_ifnames), deadline)
+            except asyncio.TimeoutError:
+                return Probe(node_id, error=f"{target.label}: health check failed: timed out after {deadline} s")
+
+    return list(await asyncio.gather(*(one(node_id, target) for node_id, target in targets)))
+
+
+# ---- Recording ----
+
+@dataclass(frozen=True)
+class CheckResult:
+    node: str
+    ready: bool
+    message: str
+    warnings: list[str]
+
+
+def record(node: Node, result: Probe) -> CheckResult:
+    """Write what a check found. Only health fields are written: the allocation is never touched."""
+    now = timezone.now()
+    nodes = Node.objects.filter(pk=node.pk)
+    if result.error:
+        nodes.update(state=Node.State.NOT_READY, state_message=result.error, last_checked_at=now,
+                     last_check_message=result.error)
+        return CheckResult(node.name, False, result.error, [])
+    if not node.host_key and result.host_key:
+        # First contact: pin what was seen, unless another check pinned a key meanwhile.
+        nodes.filter(host_key="").update(host_key=result.host_key)
+    facts: NodeFacts = result.facts or {}
+    leftovers = leftover_containers(facts, node.pk)
+    warnings = spec_contradictions(facts, node.spec)
+    if leftovers:
+        state, message = Node.State.NOT_READY, "processes of ended jobs are still running: " + "; ".join(leftovers)
+    else:
+        state, message = Node.State.READY, ""
+    summary = message or ("reachable; " + "; ".join(warnings) if warnings else "reachable, matches its spec")
+    nodes.update(health=facts, last_seen=now, last_checked_at=now, last_check_message=summary)
+    # Only if nothing else (a teardown marking the node unclean) changed the state while we looked.
+    nodes.filter(state=node.state, state_message=node.state_message).update(state=state, state_message=message)
+    return CheckResult(node.name, state == Node.State.READY, summary, warnings)
+
+
+def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
+    """Check the nodes concurrently and record each result; returns one result per node."""
+    nodes = list(Node.objects.filter(pk__in=[node.pk for node in nodes]).select_related("spec"))
+    targets = []
+    unreadable = {}
+    for node in nodes:
+        try:
+            targets.append((node.pk, node.ssh_target()))
+        except ValueError as error:  # the sealed key cannot be opened (SECRET_KEY changed)
+            unreadable[node.pk] = Probe(node.pk, error=f"{node.name}: {error}")
+    wanted = socket_ifnames(LauncherDefaults.current().x_args)
+    probes = {result.node_id: result for result in asyncio.run(probe_all(targets, settings.NODE_WORK_ROOT, wanted))}
+    probes.update(unreadable)
+    return [record(node, probes[node.pk]) for node in nodes]
+
+
+def nodes_due_for_check():
+    """The nodes the periodic check looks at: every enabled one, busy or not."""
+    return Node.objects.filter(enabled=True)

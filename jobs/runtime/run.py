@@ -1,0 +1,224 @@
+"""A job's run once it has nodes: plan, prepare the containers, launch, collect, tear down, settle.
+
+The Celery task calls run_allocated_job; each step lives in its own module. Beside the launch runs
+the monitor (metrics, watchdog, auto stop); after it come the outputs, then the teardown, whose
+findings (each rank's end, what was left on each node) go with the "why it failed" card.
+
+Each run gets its own asgiref ThreadSensitiveContext: without it every sync_to_async call of every
+run in the worker process queues on asgiref's one process-wide thread, and one run's slow database
+work delays the others' heartbeats.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+from django.utils import timezone
+
+from jobs.allocation import release_nodes
+from jobs.launch.plan import JobPlan, job_rank_workers, new_key_pair, plan_job, worker_plans
+from jobs.logs.sink import LogSink
+from jobs.logs.store import service_line
+from jobs.models import JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Worker, WorkerState
+from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
+from jobs.results.recording import record_failure
+from jobs.runtime.ending import move, record_teardown, settle, unclean_workers
+from jobs.runtime.launcher import launch
+from jobs.runtime.monitor import RunMonitor
+from jobs.runtime.outputs import collect_outputs
+from jobs.runtime.preparation import prepare_all
+from jobs.runtime.ssh import NodeError
+from jobs.runtime.teardown import TeardownResult, teardown_all
+from jobs.secret_box import seal_secret
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 5.0
+
+T = TypeVar("T")
+
+
+def record_plan(job: TrainingJob, plan: JobPlan) -> None:
+    """Keep what is about to run on the job: the command as launched, its files, the job's keys."""
+    job.command_template, job.command = plan.command_template, plan.command
+    job.hostfile, job.tune_file = plan.hostfile, plan.tune_file
+    job.sealed_ssh_key = seal_secret(plan.client_private_key)
+    job.host_public_key = plan.host_public_key
+    job.save(update_fields=["command_template", "command", "hostfile", "tune_file", "sealed_ssh_key", "host_public_key"])
+
+
+def plan_allocated_job(job: TrainingJob) -> JobPlan:
+    workers = list(job.workers.select_related("node").order_by("index"))
+    plan = plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
+                    preferred_uid=settings.JOB_USER_PREFERRED_UID, client_key=new_key_pair(), host_key=new_key_pair())
+    record_plan(job, plan)
+    return plan
+
+
+def _set_worker(job_id: int, index: int, state: str, message: str) -> None:
+    Worker.objects.filter(job_id=job_id, index=index).update(state=state, message=message)
+
+
+def _touch_heartbeat(job_id: int) -> None:
+    TrainingJob.objects.filter(pk=job_id).update(heartbeat_at=timezone.now())
+
+
+def _status(job_id: int) -> str:
+    return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
+
+
+def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:
+    """(train_url, its path in the container, the size limit, whether the job ran to its end), or None without one."""
+    job = TrainingJob.objects.only("parameters", "status").get(pk=job_id)
+    train_url = train_url_of(job.parameters)
+    if not train_url:
+        return None
+    limit = LauncherDefaults.current().outputs_max_bytes
+    return train_url, container_path(train_url, working_dir), limit, job.status == JobStatus.RUNNING
+
+
+async def in_database(function: Callable[..., T], *args: object) -> T:
+    """Run a database step in this run's own thread (see the module's docstring)."""
+    return await sync_to_async(function)(*args)
+
+
+class JobRun:
+    """The async part of a job's run. Database work goes through sync_to_async, in the job's order."""
+
+    def __init__(self, plan: JobPlan):
+        self.plan = plan
+        self.job_id = plan.job_id
+
+    async def say(self, text: str, worker_index: int | None = None) -> None:
+        await in_database(service_line, self.job_id, text, worker_index)
+
+    async def report_worker(self, index: int, state: str, message: str) -> None:
+        await in_database(_set_worker, self.job_id, index, state, message)
+        await self.say(message, index)
+
+    async def beat(self) -> None:
+        """Touch the job's heartbeat while the run lives; a database that is briefly away must not end it."""
+        while True:
+            try:
+                await in_database(_touch_heartbeat, self.job_id)
+            except DatabaseError as error:
+                # Left dead, the heartbeat would go stale and the reaper would end a healthy job.
+                logger.warning("job %s: heartbeat failed (%s); trying again in %s s", self.job_id, error,
+                               HEARTBEAT_SECONDS)
+                await in_database(close_old_connections)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    async def execute(self) -> None:
+        outcome, exit_code, message = RunOutcome.ABNORMAL, None, "the run ended unexpectedly"
+        heartbeat = asyncio.create_task(self.beat())
+        try:
+            await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
+            await prepare_all(self.plan, self.report_worker)
+            if await in_database(_status, self.job_id) != JobStatus.CREATING or \
+                    not await in_database(move, self.job_id, TrainingJob.start):
+                outcome, message = RunOutcome.STOPPED, "stopped before launch"
+            else:
+                await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
+                exit_code = await self.launch_watched()
+                outcome = RunOutcome.EXIT if exit_code is not None else RunOutcome.ABNORMAL
+                message = "" if exit_code is not None else "the launch session on worker-0 was cut"
+                await self.say(f"Training end with return code: {exit_code}")
+                await self.collect_outputs()
+        except NodeError as error:
+            outcome, message = RunOutcome.FAILED, str(error)
+            await self.say(message)
+        except Exception as error:  # noqa: BLE001 - whatever broke, the nodes must still be freed
+            logger.exception("job %s: run failed", self.job_id)
+            outcome, message = RunOutcome.ABNORMAL, f"internal error: {error!r}"
+            await self.say(message)
+        finally:
+            results = await self.tear_down()
+            # A node that cannot be reached after the launch began was lost mid-job.
+            lost = {result.index: result.error for result in results if result.error} \
+                if outcome != RunOutcome.FAILED else {}
+            await in_database(record_failure, self.job_id, outcome, exit_code, message, lost, self.plan.rank_workers)
+            await in_database(settle, self.job_id, outcome, exit_code, message, unclean_workers(results))
+            heartbeat.cancel()
+
+    async def launch_watched(self) -> int | None:
+        """The launch, with the monitor beside it for as long as it runs."""
+        monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console)
+        watching = asyncio.create_task(monitor.run())
+        try:
+            return await launch(self.plan, LogSink(self.job_id))
+        finally:
+            await monitor.finish(watching)
+
+    async def stop_from_console(self, reason: str, message: str) -> None:
+        """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
+        if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
+            return
+        await self.say(f"{message}; ending the containers on every node")
+        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
+
+    async def collect_outputs(self) -> None:
+        request = await in_database(_outputs_request, self.job_id, self.plan.working_dir)
+        if request is None:
+            return
+        train_url, remote_dir, limit, ran_to_end = request
+        if not ran_to_end:
+            result = OutputsResult("not_collected", "The job was stopped before it ended; its outputs were not collected.")
+        elif remote_dir is None:
+            result = OutputsResult("not_a_path", f"{train_url} is not a path in the container; nothing was collected.")
+        else:
+            await self.say(f"Collecting the outputs in {remote_dir} from worker-0")
+            target = self.plan.container_target(self.plan.workers[0])
+            result = await collect_outputs(target, remote_dir, outputs_root(self.job_id), limit)
+        await in_database(record_outputs, self.job_id, train_url, result)
+        await self.say(result.message)
+
+    async def tear_down(self) -> list[TeardownResult]:
+        results = await teardown_all(self.plan.workers)
+        for result in results:
+            if result.clean:
+                await self.report_worker(result.index, WorkerState.STOPPED,
+                                         f"worker-{result.index}: container removed, no process left")
+            else:
+                await self.report_worker(result.index, WorkerState.UNCLEAN, f"worker-{result.index}: {result.problem}")
+        await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)
+        return results
+
+
+async def in_own_context(work: Awaitable[T]) -> T:
+    """Await `work` with database calls on a thread of its own, closing that thread's connection after."""
+    async with ThreadSensitiveContext():
+        try:
+            return await work
+        finally:
+            await sync_to_async(connection.close)()
+
+
+def run_allocated_job(job_id: int) -> None:
+    job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
+    if job.status != JobStatus.CREATING:
+        return
+    try:
+        plan = plan_allocated_job(job)
+    except Exception as error:  # noqa: BLE001
+        logger.exception("job %s: cannot be planned", job_id)
+        service_line(job_id, f"The job cannot be launched: {error}")
+        release_nodes(job_id)
+        move(job_id, lambda stuck: stuck.fail(f"cannot be launched: {error}"))
+        return
+    asyncio.run(in_own_context(JobRun(plan).execute()))
+
+
+def stop_running_job(job_id: int) -> None:
+    """End the containers of a job asked to stop; the run sees its launch session end and settles."""
+    job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
+    if job.status != JobStatus.TERMINATING or not job.sealed_ssh_key:
+        return
+    service_line(job_id, "Stopping: ending the containers on every node")
+    workers = list(job.workers.select_related("node").order_by("index"))
+    results = asyncio.run(teardown_all(worker_plans(job, workers, settings.NODE_WORK_ROOT)))
+    # The run's plan lives in another process: the placement is computed from the job as the plan did.
+    record_teardown(job_id, results, job_rank_workers(job))
