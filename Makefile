@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # bridges (iproute2, util-linux), the nodes' Python with mpi4py and numpy, gettext for the
 # translations, Chromium for the browser tests, PostgreSQL client headers are not needed (psycopg[binary]).
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
-	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium
+	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck
 
 .PHONY: run test unit-test system-packages venv messages check clean
 
@@ -17,10 +17,10 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(PY) || /usr/bin/python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
 	@touch $@
 
 venv: system-packages $(VENV)/.installed
@@ -31,9 +31,15 @@ messages: venv
 run: venv messages
 	$(PY) manage.py runconsole
 
+# The guard rails: Django's checks, no missing migration, lint, types (mypy.ini keeps today's baseline),
+# the layers (.importlinter) and the node scripts.
 check: venv
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy jobs nccl console manage.py
+	PYTHONPATH=. $(VENV)/bin/lint-imports
+	shellcheck jobs/runtime/node_scripts/*.sh
 
 # With POSTGRES_TEST_URL set (CI sets it), the tests that depend on the database's locking and
 # transactions run a second time on PostgreSQL; the 50-job concurrent allocation test runs only there.

@@ -79,7 +79,7 @@ async def pump_file_from_node(node, job_id: int, lines: int) -> float:
     from jobs.runtime.ssh_output import BoundedOutput
 
     line = "[1,{rank}]<stdout>:FLOOD {rank} {number:07d} " + "x" * 60
-    script = ("import sys\nw = sys.stdout.write\nfor n in range(%d): w(%r.format(rank=n %% 4, number=n) + '\\n')" % (lines, line))
+    script = f"import sys\nw = sys.stdout.write\nfor n in range({lines:d}): w({line!r}.format(rank=n % 4, number=n) + '\\n')"
     async with await connect(node.ssh_target()) as connection:
         await connection.run(f"python3 -c {shlex.quote(script)} > /tmp/log-throughput-bench.txt", check=True)
         started = time.monotonic()

@@ -14,8 +14,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from jobs import node_facts, tasks
-from .allocation import waiting_reason
 from jobs.launch.command_builder import ENV_NAME_RE
+
+from .allocation import waiting_reason
 from .models import (
     Engine,
     EngineVersion,
@@ -146,7 +147,7 @@ class NodeAdminForm(forms.ModelForm):
         try:
             loader(data, password=None)
         except (ValueError, TypeError, UnsupportedAlgorithm) as error:
-            raise forms.ValidationError(_("This is not a usable private key: %(error)s"), params={"error": error})
+            raise forms.ValidationError(_("This is not a usable private key: %(error)s"), params={"error": error}) from None
         return text.strip() + "\n"
 
     def clean_host_key(self):
@@ -156,7 +157,7 @@ class NodeAdminForm(forms.ModelForm):
         try:
             key = serialization.load_ssh_public_key(text.encode())
         except (ValueError, UnsupportedAlgorithm) as error:
-            raise forms.ValidationError(_("This is not an OpenSSH public key: %(error)s"), params={"error": error})
+            raise forms.ValidationError(_("This is not an OpenSSH public key: %(error)s"), params={"error": error}) from None
         return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode().strip()
 
     def save(self, commit=True):

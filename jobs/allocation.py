@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Q
 
-from .models import IllegalTransition, JobStatus, Node, ResourcePool, TrainingJob, Worker
 from jobs.launch.platform_env import worker_hostname
+
+from .models import IllegalTransition, JobStatus, Node, ResourcePool, TrainingJob, Worker
 
 
 def nodes_for(job: TrainingJob):

@@ -1,6 +1,5 @@
 """The job form: the one place a submission is validated, for the web page and the JSON API alike."""
 
-import re
 import secrets
 from itertools import zip_longest
 
@@ -9,9 +8,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .code_dirs import python_files
 from jobs.launch.command_builder import ENV_NAME_RE, PARAM_NAME_RE, CommandError, boot_file_path, validate_extra_args
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
+
+from .code_dirs import python_files
 from .models import CodeDirectory, EngineVersion, ResourcePool, ResourceSpec
 
 # The command builder's words for a wrong boot file, in the page's language.

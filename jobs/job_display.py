@@ -2,11 +2,12 @@
 
 from dataclasses import dataclass
 
-from .allocation import waiting_reason
 from jobs.launch.command_builder import JOB_DIR
 from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
-from .models import JobStatus, TrainingJob
 from jobs.launch.plan import worker_environment_for
+
+from .allocation import waiting_reason
+from .models import JobStatus, TrainingJob
 
 STATE_BADGES = {
     JobStatus.CREATING: "info",

@@ -11,6 +11,7 @@ from jobs.launch.command_builder import ENV_NAME_RE, CommandError, validate_extr
 from jobs.launch.plan import SshTarget
 from jobs.logs.progress import JobProgressPublisher
 from jobs.results.rank_records import describe_outcome
+
 from .secret_box import open_secret, seal_secret
 
 
@@ -516,6 +517,9 @@ class JobEvent(models.Model):
     class Meta:
         ordering = ["at", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
 
 class LogStream(models.TextChoices):
     STDOUT = "stdout", "stdout"
@@ -537,6 +541,9 @@ class LogLine(models.Model):
     class Meta:
         ordering = ["job", "seq"]
         constraints = [models.UniqueConstraint(fields=["job", "seq"], name="unique_log_seq")]
+
+    def __str__(self) -> str:
+        return f"line {self.seq} of job {self.job_id}"
 
 
 class RankOutcome(models.Model):
@@ -579,6 +586,9 @@ class MetricPoint(models.Model):
         ordering = ["job", "id"]
         indexes = [models.Index(fields=["job", "name", "id"], name="metric_point_series")]
 
+    def __str__(self) -> str:
+        return f"{self.name}={self.value} (rank {self.rank}, step {self.step})"
+
 
 class JobOutputFile(models.Model):
     """A file found in a job's train_url at its end; `kept` says whether it fitted in the outputs limit."""
@@ -591,3 +601,6 @@ class JobOutputFile(models.Model):
     class Meta:
         ordering = ["job", "path"]
         constraints = [models.UniqueConstraint(fields=["job", "path"], name="unique_output_path")]
+
+    def __str__(self) -> str:
+        return self.path

@@ -2,6 +2,7 @@
 
 import logging
 from collections.abc import Iterable
+from functools import partial
 
 from celery import shared_task
 from django.db import transaction
@@ -18,7 +19,7 @@ logger = logging.getLogger(__name__)
 def dispatch_pending_jobs() -> list[int]:
     started = allocation.dispatch_pending()
     for job_id in started:
-        transaction.on_commit(lambda job_id=job_id: run_job.delay(job_id))
+        transaction.on_commit(partial(run_job.delay, job_id))
     return started
 
 

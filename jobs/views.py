@@ -5,7 +5,6 @@ import shutil
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -13,12 +12,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from jobs.results.outputs import outputs_root
+
 from .access import visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
 from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from .job_display import display
-from jobs.results.outputs import outputs_root
 from .models import (
     FINAL_STATES,
     CodeDirectory,

@@ -26,6 +26,8 @@ from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TE
 # node work directories, apart from any console running here, so each cleans up only its own.
 RUN_ID = int(os.environ.get("TEST_RUN_ID", "0"))
 TEST_NODE_WORK_ROOT = f"/var/lib/training-console/test-jobs-{RUN_ID}"
+# The Celery workers this session started (see pytest_sessionfinish).
+STARTED_WORKERS: list["CeleryWorker"] = []
 CLUSTER_OPTIONS = {"subnet": f"10.79.{RUN_ID}.0/24", "bridge": f"tcit{RUN_ID}br", "prefix": f"tcit{RUN_ID}n"}
 
 
@@ -47,6 +49,17 @@ class RedisServer:
         self.stop()
         self.start()
         progress._client.cache_clear()  # its connection was to the server that is gone
+
+
+def pytest_configure(config):
+    """Passwords are hashed with MD5 in the tests: the real hasher's work is made slow on purpose (about
+    0.3 s a user), and the tests only need a password to be checked, not to be hard to guess. pytest-django
+    has set Django up by now; the caches are cleared as the settings_changed signal would."""
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
 
 
 @pytest.fixture(scope="session")
@@ -126,6 +139,7 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
            "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
     worker.start()
+    STARTED_WORKERS.append(worker)
     yield worker
     worker.stop()
 
@@ -155,9 +169,10 @@ def programs_dir():
 
 
 def pytest_sessionfinish(session, exitstatus):
-    # Leave no job container behind even when a test failed halfway.
+    # Leave no job container behind even when a test failed halfway; only a session that started the
+    # cluster's worker cleans up, so a unit-test run beside an integration run never ends its containers.
     root = Path(TEST_NODE_WORK_ROOT)
-    if root.is_dir() and os.geteuid() == 0:
+    if STARTED_WORKERS and root.is_dir() and os.geteuid() == 0:
         for stop_script in root.glob("*/worker-*/stop-container.sh"):
             subprocess.run(["sh", str(stop_script), str(stop_script.parent)], capture_output=True, timeout=30)
         shutil.rmtree(root, ignore_errors=True)

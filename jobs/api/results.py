@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 
 from jobs.access import visible_jobs
 from jobs.results.metrics import default_metric_definitions
-from jobs.results.rank_records import describe_outcome, signal_name
 from jobs.results.outputs import stored_file, write_archive
+from jobs.results.rank_records import describe_outcome, signal_name
 
 METRIC_POINTS_PAGE = 5000
 

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from jobs.logs.follow import job_log_events
+
 from . import results, views
 
 urlpatterns = [

@@ -4,7 +4,6 @@ import tempfile
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
@@ -16,13 +15,13 @@ from rest_framework.views import APIView
 from jobs.access import visible_jobs
 from jobs.code_dirs import ArchiveRejected, create_from_archive
 from jobs.forms import TrainingJobForm, form_errors
-from jobs.logs.forms import LogQueryForm
 from jobs.logs.follow import job_log_events, line_payload, log_file_chunks
-from jobs.logs.forms import LogReadForm
+from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
-from jobs.results.nccl_panel import nccl_report
 from jobs.models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
+from jobs.results.nccl_panel import nccl_report
 from jobs.submission import stop_visible_job, submit_job
+
 from .serializers import (
     CodeDirSerializer,
     EngineSerializer,

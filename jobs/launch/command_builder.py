@@ -17,8 +17,8 @@ every rank) made to work.
 
 import re
 import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 JOB_DIR = "/home/ma-user/user-job-dir"
 HOSTFILE_PATH = "/home/ma-user/.mpi/hostfile"

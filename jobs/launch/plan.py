@@ -8,8 +8,9 @@ shown is what runs. The runtime keeps the plan's command, hostfile and tune file
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -122,7 +123,7 @@ def rank_workers(mpirun_options: str, processes_per_node: int, node_count: int) 
     except CommandError:
         words = []
     policy = "slot"
-    for word, following in zip(words, words[1:] + [""]):
+    for word, following in zip(words, [*words[1:], ""], strict=False):
         if MAP_BY.match(word):
             policy = following.split(":")[0].lower()
         elif word.startswith(("--map-by=", "-map-by=")):

@@ -3,7 +3,7 @@
 Pure functions; node preparation writes their results into each container.
 """
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from jobs.launch.command_builder import JOB_DIR
 

@@ -19,11 +19,10 @@ from rest_framework.authtoken.models import Token
 
 from jobs.access import visible_jobs
 from jobs.forms import form_errors
-from jobs.logs.forms import LogQueryForm
-from jobs.logs.forms import event_cursor
+from jobs.logs.forms import LogQueryForm, event_cursor
+from jobs.logs.progress import JobNews
 from jobs.logs.store import read_after, rendered_chunk
 from jobs.models import FINAL_STATES, LogLine, TrainingJob
-from jobs.logs.progress import JobNews
 
 EVENT_BATCH_LINES = 1000
 # A comment this often keeps proxies from closing a quiet stream; it is also how long a follower

@@ -3,7 +3,6 @@
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.template.defaultfilters import filesizeformat
 from django.db import connection, transaction
 from django.db.models import Q
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
-from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
 from jobs.logs.progress import JobProgressPublisher
+from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
 
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
 # How many sequence numbers one filtered read may look at; a sparse filter answers in steps of this.

@@ -117,11 +117,12 @@ def explain_failure(facts: FailureFacts) -> FailureCard:
     if rank is not None:
         record = facts.records.get(rank)
         worker = record.worker if record and record.worker is not None else worker_of_rank(facts.rank_workers, rank)
-        card.update(worker=worker, node=facts.nodes.get(worker, ""))
+        card["worker"], card["node"] = worker, facts.nodes.get(worker, "")
         exit_code = record.exit_code if record else report.exit_code
         signal = record.signal if record else report.signal
         end_kind, card["how"] = describe_end(exit_code, signal)
-        card.update(exit_code=exit_code if exit_code is not None else facts.exit_code, signal=signal)
+        card["exit_code"] = exit_code if exit_code is not None else facts.exit_code
+        card["signal"] = signal
         exception = python_exception(facts.rank_tail)
         if exception:
             card["exception"], card["where"] = exception
@@ -227,7 +228,7 @@ def _classify(card: FailureCard, context: CardContext) -> None:
     if rule is None:
         card["title"] = _fallback_title(context.facts)
     else:
-        card.update(kind=rule.kind, title=rule.title(context, card))
+        card["kind"], card["title"] = rule.kind, rule.title(context, card)
         card["hints"].extend(rule.hints(context))
     if context.report.kind == "improper_exit":
         card["hints"].append("mpirun saw a rank exit without calling MPI finalize: every rank must reach the end together.")

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import IO, TypedDict
 
 from django.conf import settings
-from django.template.defaultfilters import filesizeformat
 
 from jobs.logs.store import readable_size
 from jobs.models import JobOutputFile, TrainingJob

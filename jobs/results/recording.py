@@ -1,11 +1,18 @@
 """Keeping what a run left: each rank's end and the "why it failed" card, in the database."""
 
 from collections.abc import Sequence
-from datetime import datetime, timezone as dt_timezone
+from datetime import UTC, datetime
 
 from jobs.launch.plan import worker_of_rank
 from jobs.models import JobStatus, LogLine, LogStream, RankOutcome, TrainingJob, Worker
-from jobs.results.failure_card import NCCL_ERROR, TRACEBACK_START, FailureCard, FailureFacts, explain_failure, first_failed_rank
+from jobs.results.failure_card import (
+    NCCL_ERROR,
+    TRACEBACK_START,
+    FailureCard,
+    FailureFacts,
+    explain_failure,
+    first_failed_rank,
+)
 from jobs.results.mpirun_report import parse_mpirun_output
 from jobs.results.rank_records import RankRecord
 
@@ -26,7 +33,7 @@ def record_rank_records(job_id: int, records: list[RankRecord], rank_workers: Se
                 "exit_code": record.exit_code,
                 "signal": record.signal,
                 "stop_signal": record.stop_signal,
-                "ended_at": datetime.fromtimestamp(record.ended_at, dt_timezone.utc) if record.ended_at else None,
+                "ended_at": datetime.fromtimestamp(record.ended_at, UTC) if record.ended_at else None,
             },
         )
 

@@ -38,7 +38,7 @@ async def launch(plan: JobPlan, sink: LogSink) -> int | None:
         await _pump(output, plan, sink)
         try:
             await asyncio.wait_for(channel.wait_closed(), timeout=10)
-        except (asyncio.TimeoutError, asyncssh.Error, OSError):
+        except (TimeoutError, asyncssh.Error, OSError):
             pass
         status = channel.get_exit_status()
         signal = channel.get_exit_signal()

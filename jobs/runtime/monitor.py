@@ -9,9 +9,10 @@ reaches its auto stop limit.
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Awaitable, Callable, Sequence, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -19,8 +20,8 @@ from django.utils import timezone
 
 from jobs.launch.plan import worker_of_rank
 from jobs.logs.store import lines_after, service_line
-from jobs.results.metrics import MetricExtractor, default_metric_definitions
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
+from jobs.results.metrics import MetricExtractor, default_metric_definitions
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class StopRequest:
     message: str
 
 
-StopCallback = Callable[[str, str], Awaitable[None]]
+StopCallback = Callable[[str, str], Coroutine[Any, Any, None]]
 
 
 class RunMonitor:
@@ -114,7 +115,7 @@ class RunMonitor:
         if self.extractor is None:
             definitions = TrainingJob.objects.values_list("metric_definitions", flat=True).get(pk=self.job_id)
             self.extractor = MetricExtractor(definitions or default_metric_definitions())
-        points = []
+        points: list[MetricPoint] = []
         while True:
             lines = list(lines_after(self.job_id, self.cursor, READ_BATCH))
             for line in lines:
@@ -173,7 +174,7 @@ class RunMonitor:
         ranks = ", ".join(str(rank) for rank in silent)
         with transaction.atomic():
             if silent:
-                fields = {"silent_ranks": entries}
+                fields: dict[str, object] = {"silent_ranks": entries}
                 if not self.silent:
                     fields["suspected_hung_since"] = now
                 TrainingJob.objects.filter(pk=self.job_id).update(**fields)

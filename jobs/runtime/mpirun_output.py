@@ -45,7 +45,7 @@ class MpirunOutput:
         at = timezone.now()  # one reading per chunk: its lines arrived together
         physical_lines = (self.carry + chunk).split("\n")
         unfinished = physical_lines.pop()
-        records = []
+        records: list[LogRecord] = []
         for line in physical_lines:
             self._read(line, at, records, ends=True)
         bracket = unfinished.rfind("[")
@@ -59,7 +59,7 @@ class MpirunOutput:
     def finish(self) -> list[LogRecord]:
         """The lines that never got their newline (the program ended, or was ended, mid-line)."""
         at = timezone.now()
-        records = []
+        records: list[LogRecord] = []
         self._read(self.carry, at, records, ends=False)
         self.carry = ""
         return records + [self._complete(key, at) for key in list(self.pending)]

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import asyncssh
 from django.conf import settings
@@ -83,7 +83,7 @@ async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames:
                                           check=False, timeout=HEALTH_COMMAND_TIMEOUT)
     except NodeError as error:
         return Probe(node_id, error=str(error))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return Probe(node_id, error=f"{target.label}: health check failed: timed out after {HEALTH_COMMAND_TIMEOUT} s")
     except (OSError, asyncssh.Error) as error:
         return Probe(node_id, error=f"{target.label}: health check failed: {error or type(error).__name__}")
@@ -102,7 +102,7 @@ async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted
         async with gate:
             try:
                 return await asyncio.wait_for(probe(node_id, target, work_root, wanted_ifnames), deadline)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return Probe(node_id, error=f"{target.label}: health check failed: timed out after {deadline} s")
 
     return list(await asyncio.gather(*(one(node_id, target) for node_id, target in targets)))

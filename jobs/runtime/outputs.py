@@ -60,7 +60,7 @@ async def collect_outputs(target: SshTarget, remote_dir: str, destination: Path,
         return await asyncio.wait_for(_collect(target, remote_dir, destination, limit), COLLECT_TIMEOUT_SECONDS)
     except NodeError as error:
         return OutputsResult("failed", str(error), limit=limit)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return OutputsResult("failed", f"Collecting the outputs took longer than {COLLECT_TIMEOUT_SECONDS} s.", limit=limit)
     except (OSError, asyncssh.Error) as error:
         return OutputsResult("failed", f"Collecting the outputs failed: {error}", limit=limit)

@@ -9,14 +9,14 @@ import asyncio
 import io
 import tarfile
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
-from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 from jobs.launch.platform_env import RANK_AGENT_PATH
+from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
 CONTAINER_HOME = "/home/ma-user"
@@ -106,9 +106,9 @@ async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -
             _, writer = await asyncio.wait_for(asyncio.open_connection(worker.address, port), 2)
             writer.close()
             return
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError) as error:
             if asyncio.get_running_loop().time() > deadline:
-                raise NodeError(worker.node.label, "starting the container's sshd", f"port {port} never opened")
+                raise NodeError(worker.node.label, "starting the container's sshd", f"port {port} never opened") from error
             await asyncio.sleep(0.1)
 
 

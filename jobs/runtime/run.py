@@ -67,6 +67,11 @@ def _touch_heartbeat(job_id: int) -> None:
     TrainingJob.objects.filter(pk=job_id).update(heartbeat_at=timezone.now())
 
 
+def _close_connection() -> None:
+    # Looked up in the thread that runs it: each thread has its own database connection.
+    connection.close()
+
+
 def _status(job_id: int) -> str:
     return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
 
@@ -92,11 +97,15 @@ class JobRun:
     def __init__(self, plan: JobPlan):
         self.plan = plan
         self.job_id = plan.job_id
+        # Workers whose preparation failed keep saying so after the teardown.
+        self.failed_workers: set[int] = set()
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
 
     async def report_worker(self, index: int, state: str, message: str) -> None:
+        if state == WorkerState.FAILED:
+            self.failed_workers.add(index)
         await in_database(_set_worker, self.job_id, index, state, message)
         await self.say(message, index)
 
@@ -114,6 +123,7 @@ class JobRun:
 
     async def execute(self) -> None:
         outcome, exit_code, message = RunOutcome.ABNORMAL, None, "the run ended unexpectedly"
+        launched = False
         heartbeat = asyncio.create_task(self.beat())
         try:
             await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
@@ -121,12 +131,17 @@ class JobRun:
             if await in_database(_status, self.job_id) != JobStatus.CREATING or \
                     not await in_database(move, self.job_id, TrainingJob.start):
                 outcome, message = RunOutcome.STOPPED, "stopped before launch"
+                await self.say("Stopped before the launch: ending the containers")
             else:
                 await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
+                launched = True
                 exit_code = await self.launch_watched()
-                outcome = RunOutcome.EXIT if exit_code is not None else RunOutcome.ABNORMAL
-                message = "" if exit_code is not None else "the launch session on worker-0 was cut"
-                await self.say(f"Training end with return code: {exit_code}")
+                if exit_code is None:
+                    outcome, message = RunOutcome.ABNORMAL, "the launch session on worker-0 was cut"
+                    await self.say("The launch session on worker-0 was cut before mpirun ended")
+                else:
+                    outcome, message = RunOutcome.EXIT, ""
+                    await self.say(f"Training end with return code: {exit_code}")
                 await self.collect_outputs()
         except NodeError as error:
             outcome, message = RunOutcome.FAILED, str(error)
@@ -136,13 +151,25 @@ class JobRun:
             outcome, message = RunOutcome.ABNORMAL, f"internal error: {error!r}"
             await self.say(message)
         finally:
+            await self.end(outcome, exit_code, message, launched, heartbeat)
+
+    async def end(self, outcome: str, exit_code: int | None, message: str, launched: bool,
+                  heartbeat: asyncio.Task[None]) -> None:
+        """Tear down, explain, settle: the nodes are released even when the explaining fails."""
+        results: list[TeardownResult] = []
+        try:
             results = await self.tear_down()
             # A node that cannot be reached after the launch began was lost mid-job.
-            lost = {result.index: result.error for result in results if result.error} \
-                if outcome != RunOutcome.FAILED else {}
+            lost = {result.index: result.error for result in results if result.error} if launched else {}
             await in_database(record_failure, self.job_id, outcome, exit_code, message, lost, self.plan.rank_workers)
-            await in_database(settle, self.job_id, outcome, exit_code, message, unclean_workers(results))
-            heartbeat.cancel()
+        except Exception:  # noqa: BLE001 - the job must still end and its nodes be freed
+            logger.exception("job %s: recording the end failed", self.job_id)
+        finally:
+            try:
+                await in_database(settle, self.job_id, outcome, exit_code, message, unclean_workers(results))
+            finally:
+                # If settling failed too, the stale heartbeat hands the job to the reaper.
+                heartbeat.cancel()
 
     async def launch_watched(self) -> int | None:
         """The launch, with the monitor beside it for as long as it runs."""
@@ -179,7 +206,9 @@ class JobRun:
     async def tear_down(self) -> list[TeardownResult]:
         results = await teardown_all(self.plan.workers)
         for result in results:
-            if result.clean:
+            if result.clean and result.index in self.failed_workers:
+                await self.say(f"worker-{result.index}: container removed after its failed preparation", result.index)
+            elif result.clean:
                 await self.report_worker(result.index, WorkerState.STOPPED,
                                          f"worker-{result.index}: container removed, no process left")
             else:
@@ -194,7 +223,7 @@ async def in_own_context(work: Awaitable[T]) -> T:
         try:
             return await work
         finally:
-            await sync_to_async(connection.close)()
+            await sync_to_async(_close_connection)()
 
 
 def run_allocated_job(job_id: int) -> None:
@@ -205,9 +234,10 @@ def run_allocated_job(job_id: int) -> None:
         plan = plan_allocated_job(job)
     except Exception as error:  # noqa: BLE001
         logger.exception("job %s: cannot be planned", job_id)
-        service_line(job_id, f"The job cannot be launched: {error}")
+        reason = f"cannot be launched: {error}"
+        service_line(job_id, f"The job {reason}")
         release_nodes(job_id)
-        move(job_id, lambda stuck: stuck.fail(f"cannot be launched: {error}"))
+        move(job_id, lambda stuck: stuck.fail(reason))
         return
     asyncio.run(in_own_context(JobRun(plan).execute()))
 

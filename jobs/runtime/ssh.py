@@ -2,6 +2,7 @@
 
 import asyncio
 import shlex
+
 import asyncssh
 from django.conf import settings
 
@@ -56,7 +57,7 @@ async def connect(target: SshTarget) -> asyncssh.SSHClientConnection:
             ),
             timeout=settings.SSH_CONNECT_TIMEOUT * 2,
         )
-    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError, asyncssh.Error) as error:
         raise NodeError(target.label, f"SSH to {target.address}:{target.port}", _reason(error)) from error
 
 
@@ -73,7 +74,7 @@ async def run_checked(
         result = await connection.run(
             shlex.join(argv), check=False, timeout=timeout or settings.SSH_COMMAND_TIMEOUT
         )
-    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError, asyncssh.Error) as error:
         raise NodeError(label, step, _reason(error)) from error
     if result.exit_status != 0:
         detail = (str(result.stderr or "").strip() or str(result.stdout or "").strip())[-2000:]
@@ -87,5 +88,5 @@ async def upload(connection: asyncssh.SSHClientConnection, label: str, files: di
         async with connection.start_sftp_client() as sftp:
             for local, remote in files.items():
                 await sftp.put(local, remote)
-    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError, asyncssh.Error) as error:
         raise NodeError(label, "upload", _reason(error)) from error

@@ -70,7 +70,7 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
             )
     except NodeError as error:
         return TeardownResult(worker.index, None, str(error))
-    except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+    except (TimeoutError, OSError, asyncssh.Error) as error:
         return TeardownResult(worker.index, None, f"{worker.node.label}: stopping the container failed: {error}")
     output = str(result.stdout or "")
     lines = output.strip().splitlines()

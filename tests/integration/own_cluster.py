@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from jobs import localcluster
 
 RUN_ID = int(os.environ.get("TEST_RUN_ID", "0"))

@@ -13,6 +13,7 @@ from django.test import Client
 
 from console.celery import app as celery_app
 from jobs import tasks
+from jobs.forms import TrainingJobForm
 from jobs.models import (
     CodeDirectory,
     Engine,
@@ -25,7 +26,6 @@ from jobs.models import (
     ResourceSpec,
     TrainingJob,
 )
-from jobs.forms import TrainingJobForm
 from jobs.runtime.node_health import check_nodes
 from jobs.submission import sshd_port_for, submit_job
 from tests.integration.helpers import code_dir_from_program

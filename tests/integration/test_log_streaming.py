@@ -16,7 +16,14 @@ from rest_framework.authtoken.models import Token
 from console import services
 from jobs.models import JobStatus, TrainingJob
 from tests.conftest import RUN_ID, _worker_database_env
-from tests.integration.helpers import BASE_DIR, CLUSTER_NODES, CLUSTER_SLOTS, TEST_OUTPUT, code_dir_from_program, wait_for
+from tests.integration.helpers import (
+    BASE_DIR,
+    CLUSTER_NODES,
+    CLUSTER_SLOTS,
+    TEST_OUTPUT,
+    code_dir_from_program,
+    wait_for,
+)
 
 RANKS = CLUSTER_NODES * CLUSTER_SLOTS
 COUNT = 2500  # numbers per rank

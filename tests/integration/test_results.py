@@ -175,7 +175,7 @@ def test_outputs_over_the_limit_keep_what_fits_and_say_what_was_left_out(api, co
         "big.bin": False, "checkpoints/step-1.txt": True, "result.txt": True}
     summary = outputs["summary"]
     assert (summary["state"], summary["kept_files"], summary["total_files"]) == ("partial", 2, 3)
-    assert "not kept: big.bin (200.0 KiB)" in summary["message"]
+    assert "not kept: big.bin (200.0 KB)" in summary["message"]
 
     result = api.get(f"/api/v1/training-jobs/{job.pk}/outputs/result.txt")
     assert b"".join(result.streaming_content) == b"trained by 4 ranks\n"

@@ -1,26 +1,11 @@
 """The queue: which nodes a job may get, in which order jobs get them, and what a waiting job is told."""
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from jobs.allocation import dispatch_pending, queue_position, release_nodes, try_allocate, waiting_reason
-from jobs.models import (
-    CodeDirectory,
-    Engine,
-    EngineVersion,
-    JobStatus,
-    Node,
-    ResourcePool,
-    ResourceSpec,
-    TrainingJob,
-)
+from jobs.models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("owner", password="pw")
 
 
 @pytest.fixture
@@ -34,15 +19,11 @@ def gpu():
 
 
 @pytest.fixture
-def submit(owner):
-    engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="v1")
-    code_dir = CodeDirectory.objects.create(name="code", path="/nowhere")
+def submit(make_job):
+    """Submit a job of the owner's: it waits in the queue (Pending) for nodes of its spec."""
 
     def submit(spec, node_count=1, pool=None, name="job") -> TrainingJob:
-        return TrainingJob.objects.create(
-            name=name, owner=owner, engine_version=engine, code_dir=code_dir, boot_file="train.py", spec=spec,
-            pool=pool, node_count=node_count, bind_args="", x_args="", mca_args="", tune_prefixes="MA_",
-        )
+        return make_job(spec=spec, node_count=node_count, pool=pool, name=name)
 
     return submit
 

@@ -5,7 +5,6 @@ import tarfile
 import zipfile
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -13,11 +12,6 @@ from jobs.code_dirs import register_examples
 from jobs.models import Engine, EngineVersion, ResourceSpec, TrainingJob
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("owner", password="pw")
 
 
 @pytest.fixture

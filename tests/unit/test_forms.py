@@ -1,14 +1,13 @@
 """The job form as the creation page uses it: rows, auto stop, Rebuild's initial data, the command preview."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.http import QueryDict
 
 from jobs.code_dirs import register
 from jobs.command_preview import preview
 from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from jobs.launch.masking import MASK
-from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec, TrainingJob
+from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec
 
 pytestmark = pytest.mark.django_db
 
@@ -118,12 +117,11 @@ def test_a_fresh_form_offers_a_generated_name_that_the_form_accepts():
     assert "name" not in TrainingJobForm({"name": first.initial["name"]}).errors
 
 
-def test_rebuild_fills_the_form_with_what_resubmits_as_the_same_job(catalog):
-    owner = get_user_model().objects.create_user("owner")
+def test_rebuild_fills_the_form_with_what_resubmits_as_the_same_job(catalog, make_job):
     original = TrainingJobForm(page_data(page_post(catalog, auto_stop="custom", auto_stop_custom="10", node_count="2")))
     assert original.is_valid(), original.errors
-    job = TrainingJob.objects.create(
-        owner=owner, name="job-1", engine_version=catalog["engine"], code_dir=catalog["code_dir"], boot_file="train.py",
+    job = make_job(
+        name="job-1", engine_version=catalog["engine"], code_dir=catalog["code_dir"], boot_file="train.py",
         parameters=original.job_parameters(), env=original.cleaned_data["env"], spec=catalog["spec"], node_count=2,
         auto_stop_hours=10)
 

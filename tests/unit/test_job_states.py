@@ -3,36 +3,17 @@
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from jobs.models import (
-    CodeDirectory,
-    Engine,
-    EngineVersion,
-    IllegalTransition,
-    JobStatus,
-    Node,
-    ResourceSpec,
-    TrainingJob,
-    JobEvent,
-    Worker,
-)
+from jobs.models import IllegalTransition, JobEvent, JobStatus, Node, TrainingJob, Worker
 from jobs.runtime.reaper import reap_orphaned_jobs
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def job():
-    owner = get_user_model().objects.create_user("owner")
-    spec = ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2)
-    engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="v1")
-    code_dir = CodeDirectory.objects.create(name="code", path="/nonexistent")
-    return TrainingJob.objects.create(
-        name="job", owner=owner, engine_version=engine, code_dir=code_dir, boot_file="train.py", spec=spec,
-        bind_args="", x_args="", mca_args="", tune_prefixes="MA_",
-    )
+def job(make_job):
+    return make_job(node_count=1)
 
 
 def test_a_pending_job_cannot_complete(job):

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import AsyncClient
 from rest_framework.authtoken.models import Token
@@ -14,15 +13,10 @@ from rest_framework.test import APIClient
 from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, LogStream, TrainingJob
 from nccl.parser import parse_nccl_file
-from tests.unit.log_helpers import make_job, quiet_redis, rank_line, store, system_line  # noqa: F401
+from tests.unit.log_helpers import quiet_redis, rank_line, store, system_line  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]
 NCCL_LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "nccl-logs").glob("*.log"))
-
-
-@pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("owner", password="pw")
 
 
 @pytest.fixture
@@ -38,16 +32,15 @@ def api(token):
 
 
 @pytest.fixture
-def stranger_api():
+def stranger_api(stranger):
     client = APIClient()
-    stranger = get_user_model().objects.create_user("stranger")
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=stranger).key}")
     return client
 
 
 @pytest.fixture
-def job(owner):
-    job = make_job(owner, name="probe")
+def job(make_job, owner):
+    job = make_job(owner=owner, name="probe")
     store(job, [
         system_line("Preparing 2 worker(s)"),
         system_line("worker-1: starting sshd", worker=1),
@@ -173,9 +166,9 @@ def store_file_as_log(job, path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", NCCL_LOGS, ids=lambda path: path.name[:2])
-def test_the_panel_reads_only_nccl_lines_yet_finds_what_the_parser_finds_in_the_whole_file(api, owner, path):
+def test_the_panel_reads_only_nccl_lines_yet_finds_what_the_parser_finds_in_the_whole_file(make_job, api, owner, path):
     cache.clear()
-    job = make_job(owner, name=f"nccl-{path.name[:2]}", network="ib")
+    job = make_job(owner=owner, name=f"nccl-{path.name[:2]}", network="ib")
     store(job, [rank_line(0, "unrelated training output")] * 3)
     store_file_as_log(job, path)
     TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
@@ -188,8 +181,8 @@ def test_the_panel_reads_only_nccl_lines_yet_finds_what_the_parser_finds_in_the_
     assert report["final"] is True and report["log_lines"] == job.log_lines.count()
 
 
-def test_the_panel_says_a_job_on_an_infiniband_spec_fell_back_to_sockets(api, owner):
-    job = make_job(owner, name="fallback", network="ib")
+def test_the_panel_says_a_job_on_an_infiniband_spec_fell_back_to_sockets(make_job, api, owner):
+    job = make_job(owner=owner, name="fallback", network="ib")
     store_file_as_log(job, next(path for path in NCCL_LOGS if path.name.startswith("22-")))
     report = api.get(f"/api/v1/training-jobs/{job.pk}/nccl").json()
     assert report["seen"] and report["final"] is False
@@ -199,9 +192,9 @@ def test_the_panel_says_a_job_on_an_infiniband_spec_fell_back_to_sockets(api, ow
                                   "workers": [f"{job.dns_name}-worker-0", f"{job.dns_name}-worker-1"]}
 
 
-def test_while_a_job_runs_the_panel_reads_only_new_lines_and_a_finished_one_comes_from_the_cache(api, owner, django_assert_max_num_queries):
+def test_while_a_job_runs_the_panel_reads_only_new_lines_and_a_finished_one_comes_from_the_cache(make_job, api, owner, django_assert_max_num_queries):
     cache.clear()
-    job = make_job(owner, name="growing", network="socket")
+    job = make_job(owner=owner, name="growing", network="socket")
     store(job, [rank_line(0, "host-a:11:11 [0] NCCL INFO NCCL version 2.18.1+cuda12.1")])
     first = api.get(f"/api/v1/training-jobs/{job.pk}/nccl").json()
     assert first["summary"]["version"] == "2.18.1"

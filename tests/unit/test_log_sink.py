@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 from django.db import OperationalError
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobs.logs import sink as sink_module
 from jobs.logs.sink import PENDING_BATCHES, LogSink
@@ -12,7 +13,7 @@ from jobs.logs.store import LogRecord, store_lines
 from jobs.models import LogStream
 from jobs.runtime.mpirun_output import MpirunOutput
 from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
-from tests.unit.log_helpers import make_job, quiet_redis  # noqa: F401
+from tests.unit.log_helpers import quiet_redis  # noqa: F401
 
 
 def rank_lines(records):
@@ -78,7 +79,7 @@ async def _produce(sink: LogSink, name: str, count: int) -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("quiet_redis")
-def test_two_streams_written_at_once_are_stored_completely_each_in_its_own_order():
+def test_two_streams_written_at_once_are_stored_completely_each_in_its_own_order(make_job):
     job = make_job()
 
     async def run():
@@ -94,7 +95,7 @@ def test_two_streams_written_at_once_are_stored_completely_each_in_its_own_order
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("quiet_redis")
-def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(monkeypatch):
+def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(make_job, monkeypatch):
     job = make_job()
     peak = 0
 
@@ -119,7 +120,7 @@ def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("quiet_redis")
-def test_once_the_cap_is_reached_the_sink_counts_dropped_lines_without_storing_them():
+def test_once_the_cap_is_reached_the_sink_counts_dropped_lines_without_storing_them(make_job):
     job = make_job(log_cap_bytes=100)
 
     async def run():
@@ -138,7 +139,7 @@ def test_once_the_cap_is_reached_the_sink_counts_dropped_lines_without_storing_t
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("quiet_redis")
-def test_a_batch_that_meets_a_locked_database_is_stored_once_it_is_free_again(monkeypatch):
+def test_a_batch_that_meets_a_locked_database_is_stored_once_it_is_free_again(make_job, monkeypatch):
     job = make_job()
     attempts = []
 

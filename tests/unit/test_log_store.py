@@ -1,11 +1,13 @@
 """The log store: gapless numbering, the cap, filters done by the database, cursors that neither skip nor repeat."""
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings as hypothesis_settings, strategies as st
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
-from jobs.logs.store import LogRecord, SCAN_WINDOW, first_error, read_after, read_before, store_lines
+from jobs.logs.store import SCAN_WINDOW, LogRecord, first_error, read_after, read_before, store_lines
 from jobs.models import LauncherDefaults, LogLine, LogStream
-from tests.unit.log_helpers import make_job, quiet_redis, rank_line, store, system_line  # noqa: F401
+from tests.unit.log_helpers import quiet_redis, rank_line, store, system_line  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]
 
@@ -14,7 +16,7 @@ def texts(job):
     return list(job.log_lines.order_by("seq").values_list("text", flat=True))
 
 
-def test_lines_of_several_batches_are_numbered_one_to_n_in_order():
+def test_lines_of_several_batches_are_numbered_one_to_n_in_order(make_job):
     job = make_job()
     store(job, [rank_line(0, "a"), rank_line(1, "b")])
     store(job, [system_line("c")])
@@ -24,7 +26,7 @@ def test_lines_of_several_batches_are_numbered_one_to_n_in_order():
     assert job.log_line_count == 4
 
 
-def test_the_cap_stops_the_output_with_one_note_while_platform_lines_are_still_stored():
+def test_the_cap_stops_the_output_with_one_note_while_platform_lines_are_still_stored(make_job):
     job = make_job(log_cap_bytes=10)
     first = store_lines(job.pk, [rank_line(0, "1234"), rank_line(0, "5678")])  # 5 + 5 bytes with newlines
     assert not first.capped
@@ -46,7 +48,7 @@ def test_the_cap_stops_the_output_with_one_note_while_platform_lines_are_still_s
     assert list(job.log_lines.values_list("seq", flat=True).order_by("seq")) == list(range(1, 6))
 
 
-def test_a_job_without_its_own_cap_takes_the_admin_setting_when_its_log_starts():
+def test_a_job_without_its_own_cap_takes_the_admin_setting_when_its_log_starts(make_job):
     defaults = LauncherDefaults.current()
     defaults.log_cap_bytes = 6
     defaults.save()
@@ -59,13 +61,13 @@ def test_a_job_without_its_own_cap_takes_the_admin_setting_when_its_log_starts()
     assert store_lines(job.pk, [rank_line(0, "y")]).capped, "a job keeps the cap it started with"
 
 
-def test_a_cap_of_zero_stores_everything():
+def test_a_cap_of_zero_stores_everything(make_job):
     job = make_job(log_cap_bytes=0)
     assert not store_lines(job.pk, [rank_line(0, "x" * 1000)] * 50).capped
     assert job.log_lines.count() == 50
 
 
-def test_a_line_over_the_size_limit_is_stored_cut_and_marked(settings):
+def test_a_line_over_the_size_limit_is_stored_cut_and_marked(make_job, settings):
     settings.LOG_LINE_MAX_BYTES = 256
     job = make_job()
     store(job, [rank_line(0, "é" * 1000)])
@@ -114,7 +116,7 @@ queries = st.fixed_dictionaries({
 
 
 @pytest.fixture
-def mixed_job():
+def mixed_job(make_job):
     job = make_job()
     store(job, MIXED_LOG)
     return job
@@ -159,7 +161,7 @@ def test_a_follower_never_passes_a_line_that_is_not_stored_yet(mixed_job):
     assert [line.seq for line in page.lines] == [1, 2, 3, 4, 5] and page.next == 5 and not page.more
 
 
-def test_a_sparse_filter_over_a_long_log_answers_in_bounded_steps():
+def test_a_sparse_filter_over_a_long_log_answers_in_bounded_steps(make_job):
     job = make_job()
     store(job, [rank_line(0, "x")] * (SCAN_WINDOW + 10) + [rank_line(3, "needle")])
     page = read_after(job.pk, 0, {"rank": 3}, 100)
@@ -168,7 +170,7 @@ def test_a_sparse_filter_over_a_long_log_answers_in_bounded_steps():
     assert [line.text for line in page.lines] == ["needle"] and not page.more
 
 
-def test_the_first_error_is_a_traceback_or_warning_or_failed_exit_and_not_a_lowercase_metric():
+def test_the_first_error_is_a_traceback_or_warning_or_failed_exit_and_not_a_lowercase_metric(make_job):
     job = make_job()
     store(job, [
         rank_line(0, "error rate 0.1"),

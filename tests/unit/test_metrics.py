@@ -5,7 +5,12 @@ import re
 import pytest
 
 from jobs.forms import TrainingJobForm
-from jobs.results.metrics import MetricDefinitionError, MetricExtractor, default_metric_definitions, validate_metric_definitions
+from jobs.results.metrics import (
+    MetricDefinitionError,
+    MetricExtractor,
+    default_metric_definitions,
+    validate_metric_definitions,
+)
 
 
 def extract(text, definitions=None):

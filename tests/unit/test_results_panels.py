@@ -1,23 +1,13 @@
 """The results and metrics of a job as its owner sees them: the panels on the page and the API's answers."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.template.loader import render_to_string
 from django.test import RequestFactory
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.models import (
-    CodeDirectory,
-    Engine,
-    EngineVersion,
-    JobOutputFile,
-    JobStatus,
-    MetricPoint,
-    RankOutcome,
-    ResourceSpec,
-    TrainingJob,
-)
+from jobs.models import JobOutputFile, JobStatus, MetricPoint, RankOutcome, TrainingJob
+from tests.fixtures import api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -31,19 +21,9 @@ CARD = {
 
 
 @pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("owner")
-
-
-@pytest.fixture
-def job(owner):
-    spec = ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2)
-    engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="v1")
-    code_dir = CodeDirectory.objects.create(name="code", path="/nonexistent")
-    return TrainingJob.objects.create(
-        name="job", owner=owner, engine_version=engine, code_dir=code_dir, boot_file="train.py", spec=spec,
-        node_count=2, bind_args="", x_args="", mca_args="", tune_prefixes="MA_", status=JobStatus.FAILED,
-        exit_code=1, failure=CARD, watchdog_seconds=30,
+def job(make_job, owner):
+    return make_job(
+        owner=owner, status=JobStatus.FAILED, exit_code=1, failure=CARD, watchdog_seconds=30,
         metric_definitions=[{"name": "loss", "regex": "loss=(\\S+)"}, {"name": "acc", "regex": "acc=(\\S+)"}],
         cleanup_report={"checked_at": "2026-01-01T00:00:00+00:00", "clean": False, "workers": [
             {"worker": 0, "node": "node-a", "clean": True, "processes_left": 0, "problem": ""},
@@ -99,9 +79,8 @@ def test_metric_points_come_after_a_cursor_and_a_metric_that_never_matched_says_
     assert by_name["acc"]["note"] == "No log line matched this metric."
 
 
-def test_a_stranger_sees_neither_the_outcome_nor_the_metrics_of_another_users_job(job):
-    stranger = APIClient()
-    stranger.force_authenticate(get_user_model().objects.create_user("stranger"))
+def test_a_stranger_sees_neither_the_outcome_nor_the_metrics_of_another_users_job(job, stranger):
+    stranger = api_client(stranger)
     assert stranger.get(f"/api/v1/training-jobs/{job.pk}/outcome").status_code == 404
     assert stranger.get(f"/api/v1/training-jobs/{job.pk}/metrics").status_code == 404
     assert stranger.get(f"/api/v1/training-jobs/{job.pk}/outputs").status_code == 404

@@ -23,6 +23,8 @@ echo "pid=$rank_pid" >"$record"
 
 stopped=
 for name in HUP INT QUIT TERM USR1 USR2; do
+    # The signal's name is fixed when the trap is set, on purpose; $record is read when it fires.
+    # shellcheck disable=SC2064
     trap "echo stop=$name >>\"\$record\"; stopped=1" "$name"
 done
 
@@ -51,6 +53,8 @@ fi
 
 if [ -n "$signal" ]; then
     trap - HUP INT QUIT TERM USR1 USR2
+    # dash and bash both know -c: no core file from re-raising the rank's own signal.
+    # shellcheck disable=SC3045
     ulimit -c 0
     kill -s "$signal" $$ 2>/dev/null
     # A signal whose default is to be ignored does not end the agent; the code still tells.

@@ -32,6 +32,8 @@ chmod 600 etc/ssh_host_ed25519_key
 
 # --kill-child: ending this unshare ends the container's first process, and with it every process
 # of the PID namespace, so one kill stops the whole worker.
+# The inner script is run by the container's own shell: its variables expand there, not here.
+# shellcheck disable=SC2016
 setsid unshare --uts --mount --pid --fork --kill-child --propagation private sh -c '
     hostname "$1"
     mount -t tmpfs -o mode=1777,size=50% tmpfs /dev/shm

@@ -45,6 +45,8 @@ print_rank_records() {
     [ -d "$workdir/home/.mpi/ranks" ] && command -v setpriv >/dev/null || return 0
     owner=$(stat -c '%u:%g' "$workdir/home") || return 0
     [ "${owner%:*}" != 0 ] || return 0
+    # The inner script expands its variables as the job's user, not here.
+    # shellcheck disable=SC2016
     setpriv --reuid="${owner%:*}" --regid="${owner#*:}" --clear-groups -- sh -c '
         for record in "$1"/*; do
             rank=${record##*/}

@@ -1,0 +1,33 @@
+"""Who sees which job (jobs.access): an owner their own jobs, staff everyone's, and no one else's."""
+
+import pytest
+
+from tests.fixtures import api_client
+
+pytestmark = pytest.mark.django_db
+
+
+def listed(user) -> set[str]:
+    return {job["name"] for job in api_client(user).get("/api/v1/training-jobs").json()}
+
+
+def test_the_owner_sees_their_job_while_a_teammate_and_a_stranger_see_only_their_own(make_job, owner, teammate, stranger):
+    owners_job = make_job(owner=owner, name="owners")
+    make_job(owner=teammate, name="teammates")
+
+    assert listed(owner) == {"owners"}
+    assert listed(teammate) == {"teammates"}
+    assert listed(stranger) == set()
+    assert api_client(owner).get(f"/api/v1/training-jobs/{owners_job.pk}").status_code == 200
+    for other in (teammate, stranger):
+        assert api_client(other).get(f"/api/v1/training-jobs/{owners_job.pk}").status_code == 404
+
+
+def test_staff_without_permissions_see_every_job_but_not_the_back_offices_job_list(client, make_job, owner, teammate, staff):
+    owners_job = make_job(owner=owner, name="owners")
+    make_job(owner=teammate, name="teammates")
+
+    assert listed(staff) == {"owners", "teammates"}
+    assert api_client(staff).get(f"/api/v1/training-jobs/{owners_job.pk}").status_code == 200
+    client.force_login(staff)
+    assert client.get("/admin/jobs/trainingjob/").status_code == 403
