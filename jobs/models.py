@@ -359,7 +359,7 @@ class TrainingJob(models.Model):
     # Touched every few seconds by the run that owns the job; a stale one means that run is gone.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
 
-    # Results that explain themselves (see jobs.outcome, jobs.metrics, jobs.outputs, jobs.run_monitor).
+    # Results that explain themselves (see jobs.results and jobs.runtime.monitor).
     # Metric definitions ({name, regex}) the job's log is read with, and each metric's last value.
     metric_definitions = models.JSONField(default=list, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
@@ -370,7 +370,7 @@ class TrainingJob(models.Model):
     silent_ranks = models.JSONField(default=list, blank=True)
     # Who asked a stopped job to stop: the user (blank), auto stop, or the watchdog.
     stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True, default=StopReason.USER)
-    # The "why it failed" card (jobs.outcome.explain_failure), empty for a job that did not fail.
+    # The "why it failed" card (jobs.results.failure_card), empty for a job that did not fail.
     failure = models.JSONField(default=dict, blank=True)
     # What the teardown found on each node: {checked_at, clean, workers: [{worker, node, clean, processes_left, problem}]}.
     cleanup_report = models.JSONField(default=dict, blank=True)

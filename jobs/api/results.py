@@ -1,6 +1,6 @@
 """What a job's run left: each rank's end and the "why it failed" card, its metrics, its outputs.
 
-Thin views over the records jobs.outcome, jobs.run_monitor and jobs.outputs keep.
+Thin views over the records jobs.results and jobs.runtime.monitor keep.
 """
 
 import tempfile

@@ -7,8 +7,8 @@ string). The stored job keeps its real values; only what is displayed is masked.
 
 import re
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 MASK = "******"
 
