@@ -156,11 +156,10 @@ def main() -> None:
     django.setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
 
     from jobs.code_dirs import register
     from jobs.forms import TrainingJobForm
-    from jobs.models import FINAL_STATES, LogLine, TrainingJob
+    from jobs.models import FINAL_STATES, ApiToken, LogLine, TrainingJob
     from jobs.submission import submit_job
 
     quiet = open(os.devnull, "w")
@@ -179,7 +178,7 @@ def main() -> None:
         (ticks_code / "ticks.py").write_text(TICKS)
         register("ticks", ticks_code)
         owner = get_user_model().objects.get(username="admin")
-        token = Token.objects.get_or_create(user=owner)[0].key
+        token = ApiToken.issue(owner, "bench")[1]
 
         worker = services.start_celery_worker({}, BENCH_VAR / "celery-worker.log")
         web = subprocess.Popen([sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",

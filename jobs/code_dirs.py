@@ -114,7 +114,7 @@ def create_from_archive(name: str, archive_path: Path, owner=None) -> CodeDirect
     return register(name, destination, owner)
 
 
-def register(name: str, path: Path, owner=None) -> CodeDirectory:
+def register(name: str, path: Path, owner=None, sharing: str = CodeDirectory.Sharing.PRIVATE) -> CodeDirectory:
     files = [entry for entry in path.rglob("*") if entry.is_file()]
     with transaction.atomic():
         code_dir, _ = CodeDirectory.objects.update_or_create(
@@ -124,6 +124,7 @@ def register(name: str, path: Path, owner=None) -> CodeDirectory:
                 "file_count": len(files),
                 "size_bytes": sum(entry.stat().st_size for entry in files),
                 "owner": owner,
+                "sharing": sharing,
             },
         )
     return code_dir
@@ -133,7 +134,9 @@ def register_examples() -> list[CodeDirectory]:
     examples = Path(settings.EXAMPLES_DIR)
     if not examples.is_dir():
         return []
-    return [register(folder.name, folder) for folder in sorted(examples.iterdir()) if folder.is_dir()]
+    # The shipped examples are everyone's to run.
+    return [register(folder.name, folder, sharing=CodeDirectory.Sharing.EVERYONE)
+            for folder in sorted(examples.iterdir()) if folder.is_dir()]
 
 
 def python_files(code_dir: CodeDirectory, limit: int = 1000) -> list[str]:

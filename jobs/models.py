@@ -1,5 +1,8 @@
 """The domain's records: what can run (specs, nodes, engines), and what ran (jobs, workers, logs)."""
 
+import hashlib
+import secrets
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -219,6 +222,12 @@ class LauncherDefaults(models.Model):
     watchdog_may_stop = models.BooleanField(
         default=False, help_text=_("Let the console stop a job the watchdog marks as suspected hung.")
     )
+    extra_options_allowed = models.TextField(
+        blank=True,
+        help_text=_("mpirun options users may give in OPENMPI_EXTRA_ARGS beyond the built-in list, one per line: "
+                    "the option alone for a flag, or the option and a regular expression its value must match, "
+                    "e.g. '--report-bindings' or '--display-map' or '-x ^NCCL_[A-Z_]+=[^;&|$`]*$'."),
+    )
     outputs_max_bytes = models.PositiveBigIntegerField(
         default=1024**3,
         help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends."),
@@ -255,11 +264,20 @@ class LauncherDefaults(models.Model):
 
 
 class CodeDirectory(models.Model):
+    class Sharing(models.TextChoices):
+        PRIVATE = "private", _("Only its owner")
+        EVERYONE = "everyone", _("Everyone")
+        GROUP = "group", _("A group")
+
     name = models.CharField(max_length=64, unique=True)
     path = models.CharField(max_length=1024)
     file_count = models.PositiveIntegerField(default=0)
     size_bytes = models.PositiveBigIntegerField(default=0)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # Who besides its owner may list it and run it: nobody (the default), everyone, or one group.
+    sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.PRIVATE)
+    shared_with = models.ForeignKey("auth.Group", on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="code_dirs")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -604,3 +622,46 @@ class JobOutputFile(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class ApiToken(models.Model):
+    """A user's API token, kept only as a digest: the token itself is shown once, when it is made."""
+
+    PREFIX = "tc_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64)
+    # The first characters of the token, so a user can tell their tokens apart.
+    start = models.CharField(max_length=12)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["user", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.start}…)"
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        # A token holds 256 random bits: a plain SHA-256 cannot be searched back, unlike a password's.
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user, name: str) -> tuple["ApiToken", str]:
+        """A new token for `user`; returns the record and the token, which is never stored."""
+        token = cls.PREFIX + secrets.token_urlsafe(32)
+        record = cls.objects.create(user=user, name=name, start=token[: len(cls.PREFIX) + 6], digest=cls.digest_of(token))
+        return record, token
+
+    @classmethod
+    def user_of(cls, token: str):
+        """The active user a token belongs to, or None; notes when it was used."""
+        record = cls.objects.select_related("user").filter(digest=cls.digest_of(token.strip())).first()
+        if record is None or not record.user.is_active:
+            return None
+        now = timezone.now()
+        if record.last_used_at is None or (now - record.last_used_at).total_seconds() > 60:
+            cls.objects.filter(pk=record.pk).update(last_used_at=now)
+        return record.user

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404
 
 from jobs import tasks
-from jobs.access import visible_jobs
+from jobs.access import STOP_OTHERS, ensure_may, visible_jobs
 from jobs.forms import TrainingJobForm
 from jobs.models import JobEvent, LauncherDefaults, TrainingJob
 from jobs.results.metrics import default_metric_definitions
@@ -68,8 +68,10 @@ def request_stop(job: TrainingJob) -> None:
 
 
 def stop_visible_job(user, pk: int) -> TrainingJob:
-    """Stop one of the jobs `user` may see: Http404 for another's, IllegalTransition when it cannot stop now."""
+    """Stop one of the jobs `user` may see: Http404 for an unseen one, PermissionDenied for another's without
+    the permission, IllegalTransition when it cannot stop now."""
     with transaction.atomic():
         job = get_object_or_404(visible_jobs(user), pk=pk)
+        ensure_may(user, job, STOP_OTHERS)
         request_stop(job)
     return job

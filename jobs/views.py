@@ -4,6 +4,7 @@ import shutil
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.results.outputs import outputs_root
 
-from .access import visible_jobs
+from .access import DELETE_OTHERS, ensure_may, visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
 from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
@@ -123,6 +124,9 @@ def job_detail(request, pk):
 def job_stop(request, pk):
     try:
         job = stop_visible_job(request.user, pk)
+    except PermissionDenied as refusal:
+        messages.error(request, str(refusal))
+        return _back(request, reverse("job-detail", args=[pk]))
     except IllegalTransition:
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
@@ -136,6 +140,11 @@ def job_stop(request, pk):
 @require_POST
 def job_delete(request, pk):
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    try:
+        ensure_may(request.user, job, DELETE_OTHERS)
+    except PermissionDenied as refusal:
+        messages.error(request, str(refusal))
+        return redirect("job-detail", pk=pk)
     # Conditional on the state in the database, so a job that is still running is never deleted.
     deleted, _by_model = TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()
     if not deleted:

@@ -15,14 +15,13 @@ from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
-from rest_framework.authtoken.models import Token
 
 from jobs.access import visible_jobs
 from jobs.forms import form_errors
 from jobs.logs.forms import LogQueryForm, event_cursor
 from jobs.logs.progress import JobNews
 from jobs.logs.store import read_after, rendered_chunk
-from jobs.models import FINAL_STATES, LogLine, TrainingJob
+from jobs.models import FINAL_STATES, ApiToken, LogLine, TrainingJob
 
 EVENT_BATCH_LINES = 1000
 # A comment this often keeps proxies from closing a quiet stream; it is also how long a follower
@@ -112,9 +111,9 @@ async def _async_file_chunks(job_id: int, query: dict, through: int):
 async def request_user(request):
     """The API's two ways in, for an async view: a DRF token, or the browser's session."""
     header = request.headers.get("Authorization", "")
-    if header.startswith("Token "):
-        token = await Token.objects.select_related("user").filter(key=header[len("Token "):].strip()).afirst()
-        return token.user if token is not None and token.user.is_active else None
+    for keyword in ("Token ", "Bearer "):
+        if header.startswith(keyword):
+            return await sync_to_async(ApiToken.user_of)(header[len(keyword):])
     user = await request.auser()
     return user if user.is_authenticated else None
 
@@ -133,7 +132,8 @@ async def job_log_events(request, pk: int):
     user = await request_user(request)
     if user is None:
         return _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
-    job_id = await visible_jobs(user).filter(pk=pk).values_list("pk", flat=True).afirst()
+    jobs = await sync_to_async(visible_jobs)(user)  # asks the database for the user's permissions
+    job_id = await jobs.filter(pk=pk).values_list("pk", flat=True).afirst()
     if job_id is None:
         return _error(404, "No TrainingJob matches the given query.")
     form = LogQueryForm(request.GET)

@@ -9,7 +9,8 @@ from playwright.sync_api import expect
 from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, TrainingJob
 from tests.browser.helpers import PASSWORD, log_in
-from tests.unit.log_helpers import make_job, quiet_redis, store  # noqa: F401
+from tests.fixtures import new_job
+from tests.unit.log_helpers import quiet_redis, store  # noqa: F401
 
 # Horovod on two AWS hosts of 4 GPUs each, whose NCCL went over TCP sockets.
 SOCKET_LOG = Path(__file__).resolve().parents[1] / "data" / "nccl-logs" / "23-nccl-horovod-aws-2x4gpu-socket-threads-channels.log"
@@ -18,7 +19,7 @@ SOCKET_LOG = Path(__file__).resolve().parents[1] / "data" / "nccl-logs" / "23-nc
 @pytest.mark.usefixtures("transactional_db", "quiet_redis")
 def test_the_owner_sees_which_rank_ran_where_and_that_the_promised_infiniband_was_not_used(page, screenshots):
     owner = get_user_model().objects.create_user("nccl-owner", password=PASSWORD)
-    job = make_job(owner, name="allreduce", network="ib")
+    job = new_job(owner=owner, name="allreduce", network="ib")
     lines = SOCKET_LOG.read_text(errors="replace").splitlines()
     store(job, [LogRecord(text=line, worker_index=0) for line in lines])
     TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)

@@ -11,10 +11,9 @@ import threading
 import time
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from console import services
-from jobs.models import JobStatus, TrainingJob
+from jobs.models import ApiToken, JobStatus, TrainingJob
 from tests.conftest import RUN_ID, _worker_database_env
 from tests.integration.helpers import (
     BASE_DIR,
@@ -150,7 +149,7 @@ def finish(followers, job) -> None:
 
 def test_followers_that_hang_up_midway_resume_and_get_every_line_once_and_the_store_has_each_rank_in_order(
         api, owner, web_server):
-    token = Token.objects.create(user=owner).key
+    token = ApiToken.issue(owner, "test")[1]
     job = submit_numbered_job(api, "reconnect")
     everything = Follower(web_server, job.pk, token, hang_up_after=[1500, 6000])
     worker_1 = Follower(web_server, job.pk, token, query="?worker=1&system=0", hang_up_after=[700, 2000])
@@ -176,7 +175,7 @@ def restartable_redis(redis_server, celery_worker):
 
 
 def test_a_redis_restart_midway_loses_no_line_for_the_store_or_a_follower(api, owner, web_server, restartable_redis):
-    token = Token.objects.create(user=owner).key
+    token = ApiToken.issue(owner, "test")[1]
     job = submit_numbered_job(api, "redis-restart")
     follower = Follower(web_server, job.pk, token)
     follower.start()

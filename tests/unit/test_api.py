@@ -5,11 +5,10 @@ import tarfile
 import zipfile
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from jobs.code_dirs import register_examples
-from jobs.models import Engine, EngineVersion, ResourceSpec, TrainingJob
+from jobs.models import ApiToken, Engine, EngineVersion, ResourceSpec, TrainingJob
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def api(owner):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(owner, 'test')[1]}")
     return client
 
 

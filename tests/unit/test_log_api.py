@@ -7,11 +7,10 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.cache import cache
 from django.test import AsyncClient
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from jobs.logs.store import LogRecord
-from jobs.models import JobStatus, LogStream, TrainingJob
+from jobs.models import ApiToken, JobStatus, LogStream, TrainingJob
 from nccl.parser import parse_nccl_file
 from tests.unit.log_helpers import quiet_redis, rank_line, store, system_line  # noqa: F401
 
@@ -21,7 +20,7 @@ NCCL_LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "nccl-logs").
 
 @pytest.fixture
 def token(owner):
-    return Token.objects.create(user=owner).key
+    return ApiToken.issue(owner, "test")[1]
 
 
 @pytest.fixture
@@ -34,7 +33,7 @@ def api(token):
 @pytest.fixture
 def stranger_api(stranger):
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=stranger).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(stranger, 'test')[1]}")
     return client
 
 
@@ -203,7 +202,7 @@ def test_while_a_job_runs_the_panel_reads_only_new_lines_and_a_finished_one_come
     assert second["summary"]["version"] == "2.18.1" and second["summary"]["net"] == "Socket"
     TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
     api.get(f"/api/v1/training-jobs/{job.pk}/nccl")
-    with django_assert_max_num_queries(3):  # auth, the job; no log lines
+    with django_assert_max_num_queries(4):  # auth, the user's permissions, the job; no log lines
         assert api.get(f"/api/v1/training-jobs/{job.pk}/nccl").json()["final"] is True
 
 
