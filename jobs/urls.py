@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import views
+from jobs import token_views, views
 
 urlpatterns = [
     path("", views.job_list, name="job-list"),
@@ -11,4 +11,6 @@ urlpatterns = [
     path("jobs/<int:pk>/stop", views.job_stop, name="job-stop"),
     path("jobs/<int:pk>/delete", views.job_delete, name="job-delete"),
     path("capacity", views.capacity, name="capacity"),
+    path("tokens", token_views.token_list, name="token-list"),
+    path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token-revoke"),
 ]
