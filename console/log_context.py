@@ -11,3 +11,16 @@ class TaskIdFilter(logging.Filter):
         request = getattr(task, "request", None)
         record.task_id = getattr(request, "id", None) or "-"
         return True
+
+
+class MaskSecretsFilter(logging.Filter):
+    """Masks secret-looking values in every log record (asyncssh logs each command it runs, mpirun's included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from jobs.launch.masking import mask_shell_text  # settings load this module before the apps are ready
+
+        message = record.getMessage()
+        shown = mask_shell_text(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        return True

@@ -238,9 +238,11 @@ LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"task_id": {"()": "console.log_context.TaskIdFilter"}},
+    "filters": {"task_id": {"()": "console.log_context.TaskIdFilter"},
+                "mask_secrets": {"()": "console.log_context.MaskSecretsFilter"}},
     "formatters": {"with_task": {"format": "%(asctime)s %(levelname)s [task %(task_id)s] %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["task_id"], "formatter": "with_task"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["task_id", "mask_secrets"],
+                             "formatter": "with_task"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs import node_facts, tasks
 from jobs.launch.command_builder import ENV_NAME_RE
+from jobs.launch.masking import mask_shell_text, masked
 
 from .allocation import waiting_reason
 from .models import (
@@ -367,10 +368,10 @@ class TrainingJobAdmin(admin.ModelAdmin):
     inlines = [WorkerInline]
     fieldsets = [
         (None, {"fields": ["name", "description", "owner", "status", "status_message", "queue", "exit_code"]}),
-        (_("Program"), {"fields": ["engine_version", "code_dir", "boot_file", "parameters", "env"]}),
+        (_("Program"), {"fields": ["engine_version", "code_dir", "boot_file", "shown_parameters", "shown_env"]}),
         (_("Resources"), {"fields": ["spec", "pool", "node_count", "auto_stop_hours"]}),
-        (_("As launched"), {"fields": ["command_template", "command", "hostfile", "tune_file", "bind_args", "x_args",
-                                       "mca_args", "extra_args", "tune_prefixes", "sshd_port"]}),
+        (_("As launched"), {"fields": ["shown_command_template", "shown_command", "hostfile", "tune_file", "bind_args",
+                                       "x_args", "mca_args", "shown_extra_args", "tune_prefixes", "sshd_port"]}),
         (_("Times"), {"fields": ["created_at", "started_at", "ended_at", "log_line_count"]}),
     ]
 
@@ -380,6 +381,29 @@ class TrainingJobAdmin(admin.ModelAdmin):
     @admin.display(description=_("waiting"))
     def queue(self, job):
         return waiting_reason(job) or "-"
+
+    # The job's own values are its owner's: here, as on the API for anyone else, secrets are masked.
+    @admin.display(description=_("parameters"))
+    def shown_parameters(self, job):
+        return format_html("<pre>{}</pre>", "\n".join(
+            f"--{item['name']}={masked(item['name'], str(item['value']))}" for item in job.parameters) or "-")
+
+    @admin.display(description=_("environment variables"))
+    def shown_env(self, job):
+        return format_html("<pre>{}</pre>", "\n".join(
+            f"{name}={masked(name, str(value))}" for name, value in job.env.items()) or "-")
+
+    @admin.display(description=_("command template"))
+    def shown_command_template(self, job):
+        return format_html("<pre>{}</pre>", mask_shell_text(job.command_template) or "-")
+
+    @admin.display(description=_("command"))
+    def shown_command(self, job):
+        return format_html("<pre>{}</pre>", mask_shell_text(job.command) or "-")
+
+    @admin.display(description="OPENMPI_EXTRA_ARGS")
+    def shown_extra_args(self, job):
+        return mask_shell_text(job.extra_args) or "-"
 
     def has_add_permission(self, request):
         return False

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from jobs.allocation import waiting_reason
+from jobs.launch.masking import mask_shell_text, masked
 from jobs.models import CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
 
 
@@ -59,6 +60,22 @@ class TrainingJobSerializer(serializers.ModelSerializer):
 
     def get_waiting_reason(self, job: TrainingJob) -> str:
         return waiting_reason(job)
+
+    def to_representation(self, job: TrainingJob) -> dict:
+        shown = super().to_representation(job)
+        request = self.context.get("request")
+        if request is not None and request.user.pk == job.owner_id:
+            return shown
+        # Anyone else (staff allowed to look) sees the job with its secret-looking values masked.
+        if "env" in shown:
+            shown["env"] = {name: masked(name, value) for name, value in shown["env"].items()}
+        if "parameters" in shown:
+            shown["parameters"] = [{**item, "value": masked(str(item.get("name", "")), str(item.get("value", "")))}
+                                   for item in shown["parameters"]]
+        for field in ("command_template", "command", "hostfile", "extra_args"):
+            if field in shown:
+                shown[field] = mask_shell_text(shown[field])
+        return shown
 
 
 class TrainingJobListSerializer(TrainingJobSerializer):

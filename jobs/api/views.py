@@ -86,7 +86,7 @@ class TrainingJobList(APIView):
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
         job = submit_job(form, request.user)
-        return Response(TrainingJobSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(TrainingJobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
 class TrainingJobDetail(generics.RetrieveAPIView):
@@ -201,4 +201,4 @@ class TrainingJobStop(APIView):
         except IllegalTransition as error:
             return Response({"status": [str(error)]}, status=status.HTTP_409_CONFLICT)
         job.refresh_from_db()
-        return Response(TrainingJobSerializer(job).data)
+        return Response(TrainingJobSerializer(job, context={"request": request}).data)

@@ -5,8 +5,10 @@ as PASSWORD, TOKEN or KEY, and any value that reads like a key (a PEM block, a l
 string). The stored job keeps its real values; only what is displayed is masked.
 """
 
+import math
 import re
 import shlex
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ SECRET_NAME_WORDS = {
 }
 # Long runs of key-like characters holding both letters and digits (access keys, tokens, hashes).
 KEY_LIKE_VALUE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9+/=_\-.]{32,}$")
+HEX = re.compile(r"[0-9a-fA-F]+")
 SECRET_VALUE_PREFIXES = ("-----BEGIN", "ghp_", "github_pat_", "xox", "sk-", "AKIA")
 # One shell word as shlex.join writes it: unquoted runs, '…' and "…" pieces, glued together.
 SHELL_WORD = re.compile(r"""(?:[^\s'"\\]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""")
@@ -33,7 +36,24 @@ def secret_name(name: str) -> bool:
 
 def secret_value(value: str) -> bool:
     text = value.strip()
-    return text.startswith(SECRET_VALUE_PREFIXES) or bool(KEY_LIKE_VALUE.match(text))
+    if text.startswith(SECRET_VALUE_PREFIXES):
+        return True
+    if not KEY_LIKE_VALUE.match(text) or text.startswith(("/", "./", "../", "~")):
+        return False
+    return random_looking(text)
+
+
+def random_looking(text: str) -> bool:
+    """Whether a long value reads like random key material rather than words (a path, a host list, a run name).
+
+    Random base64 or alphanumerics carry about 5 bits a character; names made of words, numbers and
+    separators stay near 4 or under. Hex digests, 4 bits at most, are taken as keys when long enough.
+    """
+    counts = Counter(text)
+    entropy = -sum(count / len(text) * math.log2(count / len(text)) for count in counts.values())
+    if HEX.fullmatch(text):
+        return len(text) >= 32 and entropy >= 3.0
+    return entropy >= 4.4
 
 
 def looks_secret(name: str, value: str) -> bool:

@@ -20,6 +20,24 @@ def test_values_that_read_like_keys_are_masked_whatever_their_name():
     assert masked("NCCL_SOCKET_IFNAME", "ib0,bond0,eth0") == "ib0,bond0,eth0"
 
 
+def test_ordinary_long_values_are_shown_as_they_are():
+    checkpoint = "/home/ma-user/user-job-dir/output/checkpoints/epoch-0012-step-004500.pt"
+    assert masked("resume", checkpoint) == checkpoint
+    hosts = "mnist-training-2026-12-worker-0.mnist-training-2026-12"
+    assert masked("VC_WORKER_HOSTS", hosts) == hosts, "a one-node job's worker host list"
+    run = "resnet50_imagenet_lr0.1_bs256_2026_12_01_run3"
+    assert masked("run_name", run) == run
+    assert masked("data_url", "obs://modelarts-train-test/gpu-train/data_url_0") == "obs://modelarts-train-test/gpu-train/data_url_0"
+    shown = mask_shell_text(shlex.join(["python", "train.py", f"--resume={checkpoint}"]))
+    assert MASK not in shown
+
+
+def test_random_key_material_is_masked_whatever_its_name():
+    assert masked("UPLOAD", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY") == MASK
+    assert masked("DIGEST", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08") == MASK
+    assert masked("NOTE", "q8Zr4kT1vB9xN2mW7pL5sD3fH6jK0aQe") == MASK
+
+
 def test_a_command_keeps_its_shape_and_loses_only_secret_values():
     command = shlex.join(["mpirun", "-np", "4", "-x", "NCCL_DEBUG=INFO", "-x", "CRED_TOKEN=abc def",
                           "python", "/x/train.py", "--lr=0.1", "--api_key=it's secret"])
