@@ -3,20 +3,35 @@ definitions are) and the extraction of values, with the step they belong to when
 
 Pure: no Django model or database here. The run monitor feeds stored log lines through a
 MetricExtractor; the form checks user definitions with validate_metric_definitions.
+
+A user's regular expression runs in RE2, whose matching time is linear in the line's length, so no
+pattern (nested repetition, backtracking blow-ups) can freeze the worker that reads the log; what RE2
+does not support (back-references, lookaround) is refused when the job is submitted.
 """
 
+import logging
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+logger = logging.getLogger(__name__)
 
 # A number as programs print them: 0.5, -1, 3e-05, .25, 1.2E+3, and nan / inf.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf)"
 # What the defaults catch: `loss=0.123`, `loss: 0.123`, `loss 0.123`, `accuracy=0.9`, `acc: 91.5%`,
 # and the shipped example's `step=3 loss=0.123`; `val_loss`/`train_acc` are metrics of their own.
 DEFAULT_METRIC_DEFINITIONS = [
-    {"name": "loss", "regex": rf"(?<![\w.])(?i:loss)\s*[=:]?\s*({NUMBER})"},
-    {"name": "accuracy", "regex": rf"(?<![\w.])(?i:accuracy|acc)\s*[=:]?\s*({NUMBER})"},
+    {"name": "loss", "regex": rf"(?:^|[^\w.])(?i:loss)\s*[=:]?\s*({NUMBER})"},
+    {"name": "accuracy", "regex": rf"(?:^|[^\w.])(?i:accuracy|acc)\s*[=:]?\s*({NUMBER})"},
 ]
+# The defaults jobs created before RE2 carry (with a lookbehind RE2 lacks); ours, so Python's re runs them.
+LEGACY_DEFAULT_REGEXES = {
+    rf"(?<![\w.])(?i:loss)\s*[=:]?\s*({NUMBER})",
+    rf"(?<![\w.])(?i:accuracy|acc)\s*[=:]?\s*({NUMBER})",
+}
 # A step written on the same line: `step=3`, `step: 3`, `Step 3`, `iter 3`, `iteration=3`, `step 3/100`.
 STEP = re.compile(r"(?<![\w.])(?:global_step|step|iteration|iter)\s*[=:]?\s*(\d+)", re.IGNORECASE)
 
@@ -62,9 +77,13 @@ def validate_metric_definitions(value) -> list[dict[str, str]]:
         if len(pattern) > MAX_REGEX_LENGTH:
             raise MetricDefinitionError(f"Metric {name}: the regex is longer than {MAX_REGEX_LENGTH} characters.")
         try:
-            compiled = re.compile(pattern)
-        except re.error as error:
-            raise MetricDefinitionError(f"Metric {name}: the regex is not valid: {error}.") from None
+            compiled = compile_user_regex(pattern)
+        except re2.error as error:
+            reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else error
+            raise MetricDefinitionError(
+                f"Metric {name}: the regex is not valid or uses what linear-time matching lacks "
+                f"(back-references, lookahead, lookbehind): {reason}."
+            ) from None
         if compiled.groups == 0:
             raise MetricDefinitionError(
                 f"Metric {name}: the regex captures nothing; put the value in a group, as in loss=(\\S+)."
@@ -81,11 +100,29 @@ class ExtractedPoint:
     step: int | None
 
 
+def compile_user_regex(pattern: str) -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is the user's field error, not a line on stderr
+    return re2.compile(pattern, options)
+
+
+def _compiled(name: str, pattern: str) -> Any:
+    if pattern in LEGACY_DEFAULT_REGEXES:
+        return re.compile(pattern)
+    try:
+        return compile_user_regex(pattern)
+    except re2.error:
+        # Stored before patterns were checked for RE2: skipped rather than run with backtracking.
+        logger.warning("metric %s: its regex is not RE2 and is not read", name)
+        return None
+
+
 class MetricExtractor:
     """Applies a job's definitions to one log line at a time."""
 
     def __init__(self, definitions: list[dict[str, str]]):
-        self.definitions = [(item["name"], re.compile(item["regex"])) for item in definitions]
+        compiled = [(item["name"], _compiled(item["name"], item["regex"])) for item in definitions]
+        self.definitions = [(name, pattern) for name, pattern in compiled if pattern is not None]
 
     @property
     def names(self) -> list[str]:
@@ -99,7 +136,7 @@ class MetricExtractor:
             match = pattern.search(text)
             if not match:
                 continue
-            value = _number(_group(match, "value"))
+            value = _number(_group(pattern, match, "value"))
             if value is None:
                 continue
             step = _integer(match.groupdict().get("step"))
@@ -112,8 +149,8 @@ class MetricExtractor:
         return points
 
 
-def _group(match: re.Match, name: str) -> str | None:
-    if name in match.re.groupindex:
+def _group(pattern: Any, match: Any, name: str) -> str | None:
+    if name in pattern.groupindex:
         return match.group(name)
     return match.group(1)
 

@@ -34,7 +34,7 @@ def test_a_users_regex_gives_its_value_group_and_its_step_group():
 
 
 @pytest.mark.parametrize("definitions, reason", [
-    ([{"name": "loss", "regex": "loss=(\\d+"}], "missing ), unterminated subpattern"),
+    ([{"name": "loss", "regex": "loss=(\\d+"}], "missing )"),
     ([{"name": "loss", "regex": "loss=\\d+"}], "captures nothing"),
     ([{"name": "loss", "regex": "(a)"}, {"name": "loss", "regex": "(b)"}], "given twice"),
     ([{"name": "1st", "regex": "(a)"}], "must start with a letter"),
@@ -49,7 +49,30 @@ def test_bad_definitions_are_refused_with_the_reason(definitions, reason):
 def test_the_job_form_refuses_a_bad_regex_with_the_reason():
     form = TrainingJobForm(data={"metrics": [{"name": "loss", "regex": "loss=([0-9.]+"}]})
     assert not form.is_valid()
-    assert "missing ), unterminated subpattern" in form.errors["metrics"][0]
+    assert "missing )" in form.errors["metrics"][0]
     good = TrainingJobForm(data={"metrics": [{"name": "loss", "regex": "loss=([0-9.]+)"}]})
     good.is_valid()
     assert "metrics" not in good.errors
+
+
+def test_a_catastrophic_pattern_runs_in_linear_time_on_a_long_line():
+    import time
+
+    extractor = MetricExtractor(validate_metric_definitions([{"name": "evil", "regex": r"(a+)+b=(\d+)"}]))
+    started = time.perf_counter()
+    assert extractor.extract("a" * 1999 + "c") == []
+    assert time.perf_counter() - started < 0.5, "backtracking would take minutes here"
+
+
+def test_lookbehind_and_back_references_are_refused_with_the_reason():
+    for pattern in (r"(?<=x)loss=(\d+)", r"(a)\1=(\d+)"):
+        with pytest.raises(MetricDefinitionError, match="linear-time"):
+            validate_metric_definitions([{"name": "x", "regex": pattern}])
+
+
+def test_jobs_made_before_re2_keep_their_default_metrics():
+    from jobs.results.metrics import LEGACY_DEFAULT_REGEXES
+
+    legacy = [{"name": f"m{index}", "regex": regex} for index, regex in enumerate(sorted(LEGACY_DEFAULT_REGEXES))]
+    points = MetricExtractor(legacy).extract("step=3 loss=0.5 acc=0.9")
+    assert sorted(point.value for point in points) == [0.5, 0.9]
