@@ -4,10 +4,18 @@ The queue is first-in first-out per (spec, pool): jobs that want the same nodes 
 submission order, and a job that cannot be placed holds back the later ones rather than being
 starved by a stream of smaller jobs. Jobs that want other nodes are not held back by it. (Jobs
 that name no pool and jobs of a public pool draw on the same public nodes from two queues.)
+
+Backfill, as Slurm's: a later job may start ahead of the job at the head of its queue when it cannot
+delay it. The head's earliest start is bounded by the auto stop limits of the jobs holding the nodes it
+waits for; a later job whose own auto stop ends before then runs on the free nodes meanwhile. A job
+with no limit never jumps the queue, and no job jumps a head whose start has no bound.
 """
 
 import enum
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 from django.db import transaction
 from django.db.models import Q
@@ -88,20 +96,50 @@ def release_nodes(job_id: int) -> int:
 
 
 def dispatch_pending() -> list[int]:
-    """Allocate queued jobs in submission order; returns the ids that got their nodes."""
+    """Allocate queued jobs in submission order, backfilling where it delays no head; returns who got nodes."""
     started = []
-    blocked: set[tuple[int, int | None]] = set()
+    # Per (spec, pool) whose head could not be placed: the earliest the head can start (None: no bound).
+    blocked: dict[tuple[int, int | None], datetime | None] = {}
     for job in TrainingJob.objects.filter(status=JobStatus.PENDING).order_by("created_at", "id"):
         key = (job.spec_id, job.pool_id)
-        if key in blocked:
+        if key in blocked and not ends_before(job, blocked[key]):
             continue
         outcome = allocate(job)
         if outcome is Outcome.ALLOCATED:
             started.append(job.pk)
-        elif outcome is Outcome.TOO_FEW_NODES:
-            blocked.add(key)
+        elif outcome is Outcome.TOO_FEW_NODES and key not in blocked:
+            blocked[key] = earliest_start(job)
         # NOT_PENDING: another dispatcher placed it (or it was stopped); the next job may go.
     return started
+
+
+def ends_before(job: TrainingJob, moment: datetime | None) -> bool:
+    """Whether the job, started now, is sure to be over (its auto stop) by `moment`."""
+    if moment is None or not job.auto_stop_hours:
+        return False
+    return timezone.now() + timedelta(hours=job.auto_stop_hours) <= moment
+
+
+def earliest_start(job: TrainingJob) -> datetime | None:
+    """The latest the nodes a waiting job needs are sure to be free, from the auto stops of their jobs; None without a bound."""
+    usable = nodes_for(job).filter(enabled=True, draining=False, state=Node.State.READY)
+    missing = job.node_count - usable.filter(allocated_to__isnull=True).count()
+    if missing <= 0:
+        return timezone.now()
+    now = timezone.now()
+    ends = []
+    for holder in TrainingJob.objects.filter(pk__in=usable.filter(allocated_to__isnull=False).values("allocated_to")):
+        if not holder.auto_stop_hours:
+            continue
+        end = (holder.started_at or now) + timedelta(hours=holder.auto_stop_hours)
+        ends.extend([end] * usable.filter(allocated_to=holder).count())
+    ends.sort()
+    return ends[missing - 1] if len(ends) >= missing else None
+
+
+def runnable_node_count(spec, pool) -> int:
+    """How many nodes a job of this spec and pool could ever have (enabled ones, busy or not)."""
+    return nodes_for(TrainingJob(spec=spec, pool=pool)).filter(enabled=True).count()
 
 
 def jobs_ahead(job: TrainingJob):
@@ -156,6 +194,7 @@ def waiting_reason(job: TrainingJob) -> str:
         reason += f" ({', '.join(others)})"
     if counts.total < job.node_count:
         reason += f"; the pool has only {counts.total} node(s) of this spec"
+
     position = queue_position(job)
     reason += f"; position {position} in the queue"
     if position > 1:

@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from jobs.allocation import runnable_node_count
 from jobs.launch.command_builder import ENV_NAME_RE, PARAM_NAME_RE, CommandError, boot_file_path, validate_extra_args
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 
@@ -248,6 +249,12 @@ class TrainingJobForm(forms.Form):
         spec, node_count = cleaned.get("spec"), cleaned.get("node_count")
         if spec and node_count and node_count > spec.max_nodes:
             self.add_error("node_count", _("This spec allows at most %(max)s nodes.") % {"max": spec.max_nodes})
+        elif spec and node_count and "pool" not in self.errors:
+            # A job that could never get its nodes is refused now, not left to wait in the queue forever.
+            available = runnable_node_count(spec, cleaned.get("pool"))
+            if node_count > available:
+                self.add_error("node_count", _("The pool has %(count)s node(s) of this spec; ask for at most that many.")
+                               % {"count": available})
         named = {item["name"] for item in cleaned.get("parameters") or []}
         for key in ("data_url", "train_url"):
             if cleaned.get(key) and key in named:

@@ -88,3 +88,11 @@ def new_job(*, owner=None, name: str = "job", node_count: int = 2, network: str 
 def make_job(db):
     """The job factory: make_job(**traits), e.g. make_job(status=JobStatus.FAILED, node_count=1)."""
     return new_job
+
+
+def add_nodes(spec: ResourceSpec, count: int, prefix: str = "node") -> list:
+    """Nodes of a spec, so jobs asking for up to `count` of them can be submitted (more are refused)."""
+    from jobs.models import Node
+
+    return [Node.objects.create(name=f"{prefix}-{spec.name}-{index}", address=f"10.9.0.{index + 1}", spec=spec)
+            for index in range(count)]

@@ -106,23 +106,37 @@ def test_a_job_waits_pending_while_nodes_are_busy_and_runs_when_they_free_up(api
     assert nodes_free()
 
 
-def test_a_job_larger_than_the_cluster_stays_pending_until_stopped(api, console):
+def test_a_job_larger_than_the_cluster_is_refused_at_submission(api, console):
     code_dir_from_program("probe-big", "probe.py")
-    job = submit(api, name="too-big", code_dir="probe-big", boot_file="probe.py", node_count=3)
-    small = submit(api, name="behind-it", code_dir="probe-big", boot_file="probe.py", node_count=1)
+    body = {"name": "too-big", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 3,
+            "code_dir": "probe-big", "boot_file": "probe.py"}
+    response = api.post("/api/v1/training-jobs", body, format="json")
+    assert response.status_code == 400
+    assert "has 2 node(s) of this spec" in response.json()["node_count"][0]
+    assert not TrainingJob.objects.filter(name="too-big").exists()
+
+
+def test_a_small_job_without_a_limit_waits_behind_a_big_one_while_nodes_are_busy(api, console):
+    code_dir_from_program("probe-fifo", "probe.py")
+    busy = submit(api, name="busy", code_dir="probe-fifo", boot_file="probe.py", node_count=1,
+                  parameters=[{"name": "sleep", "value": "8"}])
+    wait_for(busy, [JobStatus.RUNNING])
+    big = submit(api, name="big", code_dir="probe-fifo", boot_file="probe.py", node_count=2)
+    small = submit(api, name="small", code_dir="probe-fifo", boot_file="probe.py", node_count=1)
     # Both submissions have been dispatched by now (each queues a dispatch on commit); give the worker time.
     time.sleep(3)
-    job.refresh_from_db()
+    big.refresh_from_db()
     small.refresh_from_db()
-    assert job.status == JobStatus.PENDING
-    assert small.status == JobStatus.PENDING, "the small job jumped the queue"
-    assert nodes_free()
-    # First in, first out: the small job waits behind the big one rather than jumping the queue.
-    assert "needs 3" in api.get(f"/api/v1/training-jobs/{job.pk}").json()["waiting_reason"]
+    assert (big.status, small.status) == (JobStatus.PENDING, JobStatus.PENDING), "the small job jumped the queue"
+    assert "needs 2" in api.get(f"/api/v1/training-jobs/{big.pk}").json()["waiting_reason"]
 
-    assert api.post(f"/api/v1/training-jobs/{job.pk}/stop").status_code == 200
-    assert wait_for(job, [JobStatus.TERMINATED], timeout=5).status == JobStatus.TERMINATED
-    wait_for(small, [JobStatus.COMPLETED])
+    # First in, first out: once the busy job ends, the big one runs, then the small one.
+    wait_for(big, [JobStatus.COMPLETED], timeout=60)
+    wait_for(small, [JobStatus.COMPLETED], timeout=60)
+    big.refresh_from_db()
+    small.refresh_from_db()
+    assert small.started_at >= big.started_at
+    assert nodes_free()
 
 
 def test_a_node_that_does_not_answer_ssh_fails_the_job_naming_it_and_frees_the_other(api, console):

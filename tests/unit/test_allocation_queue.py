@@ -1,6 +1,9 @@
 """The queue: which nodes a job may get, in which order jobs get them, and what a waiting job is told."""
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from jobs.allocation import dispatch_pending, queue_position, release_nodes, try_allocate, waiting_reason
 from jobs.models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
@@ -152,3 +155,51 @@ def test_released_nodes_go_to_the_next_job_in_the_queue(cpu, submit):
     assert release_nodes(first.pk) == 2
     assert dispatch_pending() == [second.pk]
     assert {holder(node) for node in nodes} == {second.pk}
+
+
+def running_for(job: TrainingJob, hours_ago: float) -> None:
+    """The job holds its nodes and has been running this long."""
+    assert try_allocate(job)
+    TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING,
+                                                 started_at=timezone.now() - timedelta(hours=hours_ago))
+
+
+def test_a_short_job_backfills_free_nodes_when_it_ends_before_the_head_can_start(cpu, submit):
+    make_nodes(cpu, 3)
+    long_one = submit(cpu, node_count=2, name="long-one")
+    TrainingJob.objects.filter(pk=long_one.pk).update(auto_stop_hours=6)
+    running_for(TrainingJob.objects.get(pk=long_one.pk), hours_ago=1)  # sure to be over in 5 h
+    head = submit(cpu, node_count=3, name="head")
+    short = submit(cpu, node_count=1, name="short")
+    TrainingJob.objects.filter(pk=short.pk).update(auto_stop_hours=2)
+    unlimited = submit(cpu, node_count=1, name="unlimited")
+    too_long = submit(cpu, node_count=1, name="too-long")
+    TrainingJob.objects.filter(pk=too_long.pk).update(auto_stop_hours=6)
+
+    started = dispatch_pending()
+
+    assert started == [short.pk], "only the job sure to end before the head can start jumps ahead"
+    assert TrainingJob.objects.get(pk=head.pk).status == JobStatus.PENDING
+    assert {TrainingJob.objects.get(pk=job.pk).status for job in (unlimited, too_long)} == {JobStatus.PENDING}
+
+
+def test_no_job_jumps_a_head_whose_start_has_no_bound(cpu, submit):
+    make_nodes(cpu, 2)
+    running_for(submit(cpu, node_count=1, name="no-limit"), hours_ago=1)
+    submit(cpu, node_count=2, name="head")
+    short = submit(cpu, node_count=1, name="short")
+    TrainingJob.objects.filter(pk=short.pk).update(auto_stop_hours=1)
+
+    assert dispatch_pending() == []
+
+
+def test_a_job_that_could_never_get_its_nodes_is_refused_at_submission(cpu, owner):
+    from tests.fixtures import api_client
+
+    make_nodes(cpu, 2)
+    make_nodes(cpu, 1, prefix="off", enabled=False)
+    answer = api_client(owner).post("/api/v1/training-jobs", {
+        "name": "too-big", "engine": "MPI", "code_dir": "code", "boot_file": "train.py", "spec": "cpu",
+        "node_count": 3}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["node_count"] == ["The pool has 2 node(s) of this spec; ask for at most that many."]

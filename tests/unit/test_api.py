@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from jobs.code_dirs import register_examples
 from jobs.models import ApiToken, Engine, EngineVersion, ResourceSpec, TrainingJob
+from tests.fixtures import add_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def catalogue(settings, tmp_path):
     settings.CODE_DIRS_ROOT = tmp_path / "code-dirs"
     register_examples()
     EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="local", python="/usr/bin/python3")
-    ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4)
+    add_nodes(ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4), 4)
 
 
 def job_body(**overrides):

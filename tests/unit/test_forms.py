@@ -8,6 +8,7 @@ from jobs.command_preview import preview
 from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from jobs.launch.masking import MASK
 from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec
+from tests.fixtures import add_nodes
 
 pytestmark = pytest.mark.django_db
 
@@ -21,6 +22,7 @@ def catalog(tmp_path):
     (code / "README.md").write_text("")
     engine = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="mpi-4.1", python="/usr/bin/python3")
     spec = ResourceSpec.objects.create(name="cpu-2", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4)
+    add_nodes(spec, 4)
     LauncherDefaults.current()
     return {"engine": engine, "spec": spec, "code_dir": register("mnist", code)}
 
