@@ -5,6 +5,8 @@ launch plans it (jobs.launch.plan: the same command builder and worker-0 environ
 worker hostnames and SSH port the next job would get. Nothing is saved.
 """
 
+from typing import TypedDict
+
 from django.db.models import Max
 
 from jobs.allocation import nodes_for
@@ -16,6 +18,26 @@ from jobs.launch.plan import job_command
 from jobs.launch.platform_env import worker_hostname
 from jobs.models import LauncherDefaults, TrainingJob
 from jobs.submission import job_from_form, sshd_port_for
+
+class PreviewAnswer(TypedDict, total=False):
+    """What the creation page shows beside the form (JSON)."""
+
+    ready: bool
+    errors: dict[str, list[str]]
+    empty: list[str]
+    boot_files: list[str]
+    working_dir: str
+    max_nodes: int | None
+    nodes_in_pool: int
+    processes_per_node: int
+    blocking: list[str]
+    template: str
+    expanded: str
+    np: int
+    hostfile: str
+    tune_names: list[str]
+    sshd_port: int | None
+
 
 # The fields the command is made of; while one of them is wrong there is no command to show.
 COMMAND_FIELDS = ("engine", "code_dir", "boot_file", "spec", "node_count", "parameters", "env", "extra_args",
@@ -38,13 +60,13 @@ def _job_as_it_would_be(form: TrainingJobForm) -> TrainingJob:
     return job
 
 
-def preview(form: TrainingJobForm) -> dict:
+def preview(form: TrainingJobForm) -> PreviewAnswer:
     """What the page shows beside the form: the command, OPENMPI_NP, the hostfile, and the form's errors."""
     form.is_valid()
     data = form.cleaned_data
     errors, empty = _errors(form)
     code_dir, spec = data.get("code_dir"), data.get("spec")
-    answer = {
+    answer: PreviewAnswer = {
         "ready": False,
         "errors": errors,
         "empty": empty,
@@ -69,7 +91,7 @@ def preview(form: TrainingJobForm) -> dict:
         errors.setdefault(error.field, []).append(error.message)
         answer["blocking"] = [error.field]
         return answer
-    answer.update(
+    answer.update(PreviewAnswer(
         ready=True,
         template=mask_shell_text(command.template),
         expanded=mask_shell_text(command.expanded),
@@ -78,5 +100,5 @@ def preview(form: TrainingJobForm) -> dict:
         tune_names=tune_file_names(command.tune_file),
         working_dir=command.working_dir,
         sshd_port=job.sshd_port,
-    )
+    ))
     return answer

@@ -10,6 +10,7 @@ import logging
 import time
 import weakref
 from functools import lru_cache
+from typing import Literal, TypedDict
 
 import redis
 import redis.asyncio
@@ -39,25 +40,40 @@ def _client() -> redis.Redis:
 _quiet_until = 0.0
 
 
+class LogAppended(TypedDict):
+    """Lines up to `last_seq` are stored (Redis stream fields are strings)."""
+
+    kind: Literal["log"]
+    last_seq: str
+
+
+class StateChanged(TypedDict):
+    kind: Literal["state"]
+    status: str
+
+
+ProgressMessage = LogAppended | StateChanged
+
+
 class JobProgressPublisher:
     def __init__(self, job_id: int):
         self.job_id = job_id
 
-    def _publish(self, fields: dict[str, str]) -> None:
+    def _publish(self, fields: ProgressMessage) -> None:
         global _quiet_until
         if time.monotonic() < _quiet_until:
             return
         try:
-            _client().xadd(job_channel(self.job_id), fields, maxlen=STREAM_MAX_LENGTH, approximate=True)
+            _client().xadd(job_channel(self.job_id), dict(fields), maxlen=STREAM_MAX_LENGTH, approximate=True)
         except redis.RedisError as error:
             _quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_SECONDS
             logger.warning("job %s: progress not published (%s); followers will poll", self.job_id, error)
 
     def log_appended(self, last_seq: int) -> None:
-        self._publish({"kind": "log", "last_seq": str(last_seq)})
+        self._publish(LogAppended(kind="log", last_seq=str(last_seq)))
 
     def state_changed(self, status: str) -> None:
-        self._publish({"kind": "state", "status": status})
+        self._publish(StateChanged(kind="state", status=status))
 
 
 # redis.asyncio connections belong to the event loop that opened them.
