@@ -1,4 +1,8 @@
-"""Starting the console's processes (Redis, a Celery worker, the web server), for `runconsole` and the tests."""
+"""Starting the console's processes (Redis, a Celery worker, the web server), for `runconsole` and the tests.
+
+A dev and test helper, outside the app's import graph: only `manage.py runconsole`, the tests and the
+benchmarks import it; no view, task or model does.
+"""
 
 import os
 import shutil

@@ -5,7 +5,9 @@ and its own OpenSSH server that runs in a UTS + mount namespace of its own: its 
 own /dev/shm (two "nodes" sharing them break Open MPI's shared-memory transport). Root logs into every
 node with one cluster key; each node's host key is reported so that the client can pin it.
 
-Needs root. Pure system code: no Django here. Policy choices:
+Needs root. Pure system code: no Django here, and outside the app's import graph: only the
+`localcluster` and `runconsole` management commands, the tests and the benchmarks use it (it lives in
+jobs/ because `manage.py localcluster` is how an operator brings a local cluster up). Policy choices:
 - `up` with fewer nodes than exist leaves the extra nodes running (and restarts their sshd if it
   died); it returns only the first `nodes`. `down` removes them all.
 - A node whose sshd is restarted gets a fresh hostname/mount namespace, so an empty /dev/shm.
