@@ -35,6 +35,7 @@ run: venv messages
 # the layers (.importlinter) and the node scripts.
 check: venv
 	$(PY) manage.py check
+	CONSOLE_HTTPS=1 ALLOWED_HOSTS=console.example.org SECRET_KEY=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(50))') $(PY) manage.py check --deploy --fail-level WARNING
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy jobs nccl console manage.py

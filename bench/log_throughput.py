@@ -172,11 +172,11 @@ def main() -> None:
         code = BENCH_VAR / "code" / "flood"
         code.mkdir(parents=True, exist_ok=True)
         (code / "flood.py").write_text(FLOOD)
-        register("flood", code)
+        register("flood", code, sharing="everyone")
         ticks_code = BENCH_VAR / "code" / "ticks"
         ticks_code.mkdir(parents=True, exist_ok=True)
         (ticks_code / "ticks.py").write_text(TICKS)
-        register("ticks", ticks_code)
+        register("ticks", ticks_code, sharing="everyone")
         owner = get_user_model().objects.get(username="admin")
         token = ApiToken.issue(owner, "bench")[1]
 

@@ -7,6 +7,7 @@ stops the process at start-up with the variable's name rather than misbehaving l
 import os
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -80,7 +81,7 @@ DEBUG = env_bool("DEBUG", False)
 # sealed node keys made with it still open.
 SECRET_KEY = os.environ.get("SECRET_KEY") or private_file(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50)) or ""
 SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["*"])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 MEDIA_ROOT = VAR_DIR / "media"
@@ -96,11 +97,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "axes",
     "jobs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.security.ContentSecurityPolicyMiddleware",
+    "console.security.ApiErrorsAsJsonMiddleware",
+    "console.security.RequestLimitsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -108,7 +113,40 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Security and deployment. `make run` serves plain HTTP on 127.0.0.1 (CONSOLE_BIND), so what needs HTTPS is
+# off by default; CONSOLE_HTTPS=1 turns all of it on for a deployment behind TLS, and each switch can still
+# be set on its own. `manage.py check --deploy` with CONSOLE_HTTPS=1 and a SECRET_KEY gives no warning.
+CONSOLE_BIND = env_str("CONSOLE_BIND", "127.0.0.1")
+CONSOLE_HTTPS = env_bool("CONSOLE_HTTPS", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", CONSOLE_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", CONSOLE_HTTPS)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", CONSOLE_HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if CONSOLE_HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", CONSOLE_HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", CONSOLE_HTTPS)
+# The header a TLS-terminating proxy sets to say the client came over HTTPS; it must overwrite whatever the
+# client sent. Empty: none is trusted (uvicorn already takes the scheme from X-Forwarded-Proto when the proxy
+# is on 127.0.0.1, its --forwarded-allow-ips).
+_PROXY_SSL_HEADER = env_str("CONSOLE_PROXY_SSL_HEADER", "X-Forwarded-Proto" if CONSOLE_HTTPS else "").strip()
+SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https") if _PROXY_SSL_HEADER else None
+X_FRAME_OPTIONS = env_str("X_FRAME_OPTIONS", "DENY").upper()
+if X_FRAME_OPTIONS not in ("DENY", "SAMEORIGIN"):
+    raise ImproperlyConfigured(f"X_FRAME_OPTIONS={X_FRAME_OPTIONS!r} must be DENY or SAMEORIGIN")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+# The pages load every script and style from /static/ (no inline <script>, style attribute or eval), and the
+# scripts talk to this origin only; json_script data blocks are not scripts to the browser.
+CONTENT_SECURITY_POLICY = env_str(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors "
+    + ("'none'" if X_FRAME_OPTIONS == "DENY" else "'self'"),
+)
 
 ROOT_URLCONF = "console.urls"
 
@@ -162,6 +200,25 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
+# Login failures (the sign-in page and the admin's) are limited by django-axes: after LOGIN_FAILURE_LIMIT
+# failures for one username from one address, that username is refused from there (429) for
+# LOGIN_COOLOFF_MINUTES; a success resets the count. Its records are in the admin (Axes), to unlock early.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env_bool("LOGIN_RATE_LIMIT", True)
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Bad API tokens, counted per client address (jobs.api.errors.ThrottledTokenAuthentication, and the log
+# stream): past the limit within the window, the address's tokens are refused (429) until the window ends.
+API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 10, minimum=1)
+API_TOKEN_FAILURE_WINDOW_SECONDS = env_int("API_TOKEN_FAILURE_WINDOW_SECONDS", 300, minimum=1)
+# Live log streams (Server-Sent Events) one user may hold open at once; the next is a 429.
+LOG_STREAMS_PER_USER = env_int("LOG_STREAMS_PER_USER", 20, minimum=1)
+
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("pt-br", "Português (Brasil)")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
@@ -180,11 +237,15 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "jobs.api.auth.HashedTokenAuthentication",
+        # jobs.api.auth.HashedTokenAuthentication, with bad tokens counted per address.
+        "jobs.api.errors.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # JSON objects only: form-encoded and multipart bodies are a 415 (the code-directory upload names its
+    # own multipart parser).
+    "DEFAULT_PARSER_CLASSES": ["jobs.api.errors.JSONObjectParser"],
+    "DEFAULT_PAGINATION_CLASS": "jobs.api.errors.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "jobs.api.errors.field_naming_exception_handler",
 }
@@ -218,14 +279,28 @@ CELERY_BEAT_SCHEDULE = {
 SSH_CONNECT_TIMEOUT = env_int("SSH_CONNECT_TIMEOUT", 10, minimum=1)
 SSH_COMMAND_TIMEOUT = env_int("SSH_COMMAND_TIMEOUT", 120, minimum=1)
 NODE_WORK_ROOT = env_str("NODE_WORK_ROOT", "/var/lib/training-console/jobs")
+# Where the console builds and keeps the engine images' archives (outside the checkout: they are large
+# and survive a fresh clone); nodes that lack an image get it from here.
+IMAGES_DIR = Path(env_str("CONSOLE_IMAGES_DIR", "/var/lib/training-console/images"))
 JOB_USER = env_str("JOB_USER", "ma-user")
 JOB_USER_PREFERRED_UID = env_int("JOB_USER_PREFERRED_UID", 1000, minimum=1)
 # Log lines are written in batches so a chatty job costs one transaction per batch, not per line.
 LOG_FLUSH_INTERVAL_SECONDS = float(env_int("LOG_FLUSH_INTERVAL_MS", 250, minimum=10)) / 1000
 LOG_FLUSH_MAX_LINES = env_int("LOG_FLUSH_MAX_LINES", 500, minimum=1)
 LOG_LINE_MAX_BYTES = env_int("LOG_LINE_MAX_BYTES", 16384, minimum=256)
-CODE_DIR_MAX_BYTES = env_int("CODE_DIR_MAX_BYTES", 5 * 1024**3, minimum=1)
+# Uploaded code directories (jobs.code_dirs): the reference platform allows 5 GB and 1,000 files each.
+CODE_DIR_MAX_UPLOAD_BYTES = env_int("CODE_DIR_MAX_UPLOAD_BYTES", 5 * 1024**3, minimum=1)
+# CODE_DIR_MAX_BYTES is the variable's old name, still read.
+CODE_DIR_MAX_UNPACKED_BYTES = env_int("CODE_DIR_MAX_UNPACKED_BYTES", env_int("CODE_DIR_MAX_BYTES", 5 * 1024**3, minimum=1),
+                                      minimum=1)
 CODE_DIR_MAX_FILES = env_int("CODE_DIR_MAX_FILES", 1000, minimum=1)
+CODE_DIR_MAX_FOLDERS = env_int("CODE_DIR_MAX_FOLDERS", 1000, minimum=1)
+CODE_DIR_MAX_DEPTH = env_int("CODE_DIR_MAX_DEPTH", 32, minimum=1)
+# An archive that unpacks to more than this many times its own size (past 64 MiB) is taken for a bomb.
+CODE_DIR_MAX_COMPRESSION_RATIO = env_int("CODE_DIR_MAX_COMPRESSION_RATIO", 100, minimum=1)
+# A console running as root unpacks as this account, which must not be root (and is best used by nothing else).
+CODE_DIR_UNPACK_USER = env_str("CODE_DIR_UNPACK_USER", "nobody")
+CODE_DIR_UNPACK_TIMEOUT_SECONDS = env_int("CODE_DIR_UNPACK_TIMEOUT_SECONDS", 300, minimum=1)
 
 # The local cluster `make run` and the tests bring up (namespaces on a private bridge).
 # Outside the checkout on purpose: sshd refuses keys reached through a group- or world-writable

@@ -15,10 +15,9 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.utils import timezone
-
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from jobs.launch.platform_env import worker_hostname
 

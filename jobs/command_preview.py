@@ -19,6 +19,7 @@ from jobs.launch.platform_env import worker_hostname
 from jobs.models import LauncherDefaults, TrainingJob
 from jobs.submission import job_from_form, sshd_port_for
 
+
 class PreviewAnswer(TypedDict, total=False):
     """What the creation page shows beside the form (JSON)."""
 

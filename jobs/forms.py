@@ -1,5 +1,6 @@
 """The job form: the one place a submission is validated, for the web page and the JSON API alike."""
 
+import re
 import secrets
 from itertools import zip_longest
 
@@ -9,11 +10,20 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count
-from jobs.launch.command_builder import ENV_NAME_RE, PARAM_NAME_RE, CommandError, boot_file_path, validate_extra_args
+from jobs.launch.command_builder import (
+    ENV_NAME_RE,
+    PARAM_NAME_RE,
+    CommandError,
+    allowed_options,
+    boot_file_path,
+    validate_extra_args,
+)
+from jobs.launch.platform_env import user_variable_problem
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 
+from .access import visible_code_dirs
 from .code_dirs import python_files
-from .models import CodeDirectory, EngineVersion, ResourcePool, ResourceSpec
+from .models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
 
 # The command builder's words for a wrong boot file, in the page's language.
 BUILDER_MESSAGES = {
@@ -23,6 +33,13 @@ BUILDER_MESSAGES = {
 # A job's name follows the same rule as a hyperparameter's: 1-64 of letters, digits, '-' and '_'.
 NAME_RE = PARAM_NAME_RE
 MAX_ENV_VARS = 100
+# Hyperparameters travel as arguments of mpirun's command line on every node: bounded, and plain text (no
+# NUL, which no argument can hold; no control character but tab, which terminals and logs would act on; no
+# unpaired surrogate, which is not text and could not be shown or stored).
+MAX_PARAMETERS = 100
+PARAM_VALUE_MAX_CHARS = 4096
+PARAMS_TOTAL_MAX_CHARS = 32768
+PARAM_FORBIDDEN_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), ("6", "6 h"), ("custom", _("Custom"))]
 AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
@@ -87,7 +104,8 @@ class TrainingJobForm(forms.Form):
     name = forms.CharField(max_length=64)
     description = forms.CharField(max_length=256, required=False)
     engine = NameOrIdChoiceField(EngineVersion.objects.select_related("engine"), ("version", "engine__name"))
-    code_dir = NameOrIdChoiceField(CodeDirectory.objects.all(), ("name",))
+    # Narrowed in __init__ to the code directories the submitting user may see (jobs.access.visible_code_dirs).
+    code_dir = NameOrIdChoiceField(CodeDirectory.objects.filter(sharing=CodeDirectory.Sharing.EVERYONE), ("name",))
     boot_file = forms.CharField(max_length=512)
     data_url = forms.CharField(max_length=1024, required=False)
     train_url = forms.CharField(max_length=1024, required=False)
@@ -106,8 +124,10 @@ class TrainingJobForm(forms.Form):
     # Seconds a rank may print nothing before the job is suspected hung; empty takes the administrator's default, 0 turns it off.
     watchdog_seconds = forms.IntegerField(min_value=0, max_value=7 * 24 * 3600, required=False)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # A job runs only a code directory its owner may see; with no user, only everyone's.
+        self.fields["code_dir"].queryset = visible_code_dirs(user)
         if not self.is_bound:
             self.initial.setdefault("name", generated_job_name())
             self.initial.setdefault("node_count", 1)
@@ -168,7 +188,9 @@ class TrainingJobForm(forms.Form):
         value = self.cleaned_data.get("parameters") or []
         if not isinstance(value, list):
             raise ValidationError(_("Give a list of {name, value} objects."))
-        cleaned, seen = [], set()
+        if len(value) > MAX_PARAMETERS:
+            raise ValidationError(_("At most %(max)s parameters."), params={"max": MAX_PARAMETERS})
+        cleaned, seen, total = [], set(), 0
         for position, item in enumerate(value, start=1):
             if not isinstance(item, dict) or set(item) - {"name", "value"} or "name" not in item:
                 raise ValidationError(_("Item %(n)s must be an object with a name and a value."), params={"n": position})
@@ -179,44 +201,74 @@ class TrainingJobForm(forms.Form):
                 raise ValidationError(_("Parameter %(name)s is given twice."), params={"name": name})
             if not isinstance(item_value, (str, int, float, bool)):
                 raise ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
+            text = str(item_value)
+            if len(text) > PARAM_VALUE_MAX_CHARS:
+                raise ValidationError(_("The value of %(name)s is longer than %(max)s characters."),
+                                      params={"name": name, "max": PARAM_VALUE_MAX_CHARS})
+            if PARAM_FORBIDDEN_CHARACTERS.search(text):
+                raise ValidationError(_("The value of %(name)s cannot hold a NUL or a control character (a tab is allowed)."),
+                                      params={"name": name})
+            total += len(name) + len(text)
+            if total > PARAMS_TOTAL_MAX_CHARS:
+                raise ValidationError(_("The parameters are longer than %(max)s characters in all."),
+                                      params={"max": PARAMS_TOTAL_MAX_CHARS})
             seen.add(name)
-            cleaned.append({"name": name, "value": str(item_value)})
+            cleaned.append({"name": name, "value": text})
         return cleaned
 
     def clean_env(self):
+        """The user's variables; every wrong row gets its own message, in the order given."""
         value = self.cleaned_data.get("env") or {}
+        problems: list[ValidationError] = []
         if isinstance(value, list):
-            value = self._env_pairs_from_rows(value)
+            value, problems = self._env_pairs_from_rows(value)
         if not isinstance(value, dict):
             raise ValidationError(_("Give an object of NAME: value pairs."))
         if len(value) > MAX_ENV_VARS:
             raise ValidationError(_("At most %(max)s environment variables."), params={"max": MAX_ENV_VARS})
         cleaned = {}
         for name, item_value in value.items():
-            if not ENV_NAME_RE.match(name):
-                raise ValidationError(_("%(name)r is not a valid variable name."), params={"name": name})
-            if name.startswith("MA_"):
-                raise ValidationError(_("%(name)s: names starting with MA_ are reserved for the platform."), params={"name": name})
-            if not isinstance(item_value, (str, int, float, bool)):
-                raise ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
-            text = str(item_value)
-            if any(character in text for character in "\n\r\0"):
-                raise ValidationError(_("The value of %(name)s cannot hold a line break or a NUL."), params={"name": name})
-            cleaned[name] = text
+            problem = self._env_problem(name, item_value)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                cleaned[name] = str(item_value)
+        if problems:
+            raise ValidationError(problems)
         return cleaned
 
     @staticmethod
-    def _env_pairs_from_rows(rows: list) -> dict:
-        """Rows of {name, value} (the page's shape) as NAME: value pairs, refusing a name given twice."""
-        pairs = {}
+    def _env_problem(name: str, item_value) -> ValidationError | None:
+        """Why one variable is refused (see platform_env.user_variable_problem for the reserved names), or None."""
+        if not ENV_NAME_RE.match(name):
+            return ValidationError(_("%(name)r is not a valid variable name."), params={"name": name})
+        if name.startswith("MA_"):
+            return ValidationError(_("%(name)s: names starting with MA_ are reserved for the platform."), params={"name": name})
+        if not isinstance(item_value, (str, int, float, bool)):
+            return ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
+        text = str(item_value)
+        if any(character in text for character in "\n\r\0"):
+            return ValidationError(_("The value of %(name)s cannot hold a line break or a NUL."), params={"name": name})
+        reason = user_variable_problem(name, text)
+        if reason is not None:
+            return ValidationError(_("%(name)s: %(reason)s."), params={"name": name, "reason": reason})
+        return None
+
+    @staticmethod
+    def _env_pairs_from_rows(rows: list) -> tuple[dict, list[ValidationError]]:
+        """Rows of {name, value} (the page's shape) as NAME: value pairs, and what is wrong with the rows
+        (not an object, a name given twice)."""
+        pairs, problems = {}, []
         for position, row in enumerate(rows, start=1):
             if not isinstance(row, dict) or "name" not in row or set(row) - {"name", "value"}:
-                raise ValidationError(_("Item %(n)s must be an object with a name and a value."), params={"n": position})
+                problems.append(ValidationError(_("Item %(n)s must be an object with a name and a value."), params={"n": position}))
+                continue
             name = str(row["name"])
             if name in pairs:
-                raise ValidationError(_("Variable %(name)s is given twice."), params={"name": name})
+                problems.append(ValidationError(_("Variable %(name)s is given twice."), params={"name": name}))
+                continue
             pairs[name] = row.get("value", "")
-        return pairs
+        return pairs, problems
 
     def clean_metrics(self):
         try:
@@ -225,12 +277,21 @@ class TrainingJobForm(forms.Form):
             raise ValidationError(str(error)) from None
 
     def clean_extra_args(self):
+        """OPENMPI_EXTRA_ARGS against the users' allow-list, with the administrator's additions of now."""
         text = self.cleaned_data.get("extra_args", "")
         try:
-            validate_extra_args(text)
+            validate_extra_args(text, self._allowed_options())
         except CommandError as error:
             raise ValidationError(error.message) from None
         return text.strip()
+
+    @staticmethod
+    def _allowed_options():
+        try:
+            return allowed_options(LauncherDefaults.current().extra_options_allowed)
+        except CommandError:
+            # Stored before it was checked and no longer readable: the built-in list alone.
+            return None
 
     def clean(self):
         cleaned = super().clean()

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+# What Podman needs on these machines (runc, ulimits, cgroupfs): the same file real nodes install.
+CONTAINERS_CONF = Path(__file__).resolve().parent / "images" / "containers.conf"
 SSH_PORT = 22
 JOB_USER = "ma-user"
 WAIT_S = 15.0
@@ -150,7 +152,13 @@ def _ensure_user() -> None:
         _run("usermod", "-p", "*", JOB_USER)
 
 
-def _sshd_config(address: str, host_key: Path, authorized: Path, pidfile: Path) -> str:
+def _storage_conf(ndir: Path) -> str:
+    # Each node keeps its own images, as separate hosts would: a job's image really has to reach it.
+    return (f'[storage]\ndriver = "overlay"\ngraphroot = "{ndir / "containers" / "storage"}"\n'
+            f'runroot = "{ndir / "containers" / "run"}"\n')
+
+
+def _sshd_config(address: str, host_key: Path, authorized: Path, pidfile: Path, storage_conf: Path) -> str:
     return "\n".join([
         f"Port {SSH_PORT}", f"ListenAddress {address}", f"HostKey {host_key}",
         f"PidFile {pidfile}", f"AuthorizedKeysFile {authorized}", "AllowUsers root",
@@ -160,7 +168,8 @@ def _sshd_config(address: str, host_key: Path, authorized: Path, pidfile: Path) 
         "MaxStartups 100", "MaxSessions 100",
         # Debian's bash sources ~/.bashrc for every ssh command unless SHLVL says it is nested; the
         # host root's .bashrc (pyenv init: ~130 ms) would then tax each of the console's many commands.
-        "SetEnv SHLVL=1",
+        # Podman, run by the console over this SSH, uses the node's own image store and settings.
+        f"SetEnv SHLVL=1 CONTAINERS_CONF={CONTAINERS_CONF} CONTAINERS_STORAGE_CONF={storage_conf}",
         "X11Forwarding no", "PrintMotd no", "Subsystem sftp internal-sftp", ""])
 
 
@@ -187,7 +196,9 @@ def _launch(node: dict, ndir: Path, conf: Path) -> int:
     pidfile, log = ndir / "sshd.pid", ndir / "sshd.log"
     pidfile.unlink(missing_ok=True)
     with open(log, "ab") as out:  # setsid -f: sshd is not our child and outlives us
-        subprocess.run(["setsid", "-f", "ip", "netns", "exec", node["namespace"],
+        # nsenter, not `ip netns exec`: that one mounts a sysfs of its own, which hides the cgroup
+        # hierarchies Podman needs to limit a container's memory and CPUs.
+        subprocess.run(["setsid", "-f", "nsenter", f"--net=/run/netns/{node['namespace']}",
                         "unshare", "--uts", "--mount", "--propagation", "private",
                         "sh", "-c", NODE_INIT, "sh", node["name"], str(conf), str(pidfile)],
                        stdin=subprocess.DEVNULL, stdout=out, stderr=out, check=True)
@@ -250,7 +261,10 @@ def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str
             if fresh and _alive(node["pid"], conf):
                 os.kill(node["pid"], signal.SIGKILL)
                 node["pid"] = None
-            text = _sshd_config(node["address"], ndir / "ssh_host_ed25519_key", authorized, ndir / "sshd.pid")
+            storage_conf = ndir / "storage.conf"
+            storage_conf.write_text(_storage_conf(ndir))
+            text = _sshd_config(node["address"], ndir / "ssh_host_ed25519_key", authorized, ndir / "sshd.pid",
+                                storage_conf)
             changed = not conf.exists() or conf.read_text() != text
             if changed:
                 conf.write_text(text)

@@ -10,7 +10,7 @@ from django.db import models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from jobs.launch.command_builder import ENV_NAME_RE, CommandError, validate_extra_args
+from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.plan import SshTarget
 from jobs.logs.progress import JobProgressPublisher
 from jobs.results.rank_records import describe_outcome
@@ -169,7 +169,14 @@ class Engine(models.Model):
 class EngineVersion(models.Model):
     engine = models.ForeignKey(Engine, on_delete=models.CASCADE, related_name="versions")
     version = models.CharField(max_length=128)
-    python = models.CharField(max_length=256, default="python", help_text=_("Interpreter that runs the boot file."))
+    # What a worker of this engine version runs in; an admin may name any image the nodes can load or pull.
+    image = models.CharField(
+        max_length=512, blank=True,
+        help_text=_("The image each worker's container starts from, e.g. localhost/training-console/mpi:<tag> "
+                    "(built by the console) or registry.example.com/horovod:0.28.1-cuda12. It must hold python, "
+                    "Open MPI's orted and mpirun, and OpenSSH's sshd, and an account ma-user with uid 1000."))
+    python = models.CharField(max_length=256, default="python",
+                              help_text=_("Interpreter that runs the boot file: the image's own `python` by default."))
     default_env = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -226,7 +233,8 @@ class LauncherDefaults(models.Model):
         blank=True,
         help_text=_("mpirun options users may give in OPENMPI_EXTRA_ARGS beyond the built-in list, one per line: "
                     "the option alone for a flag, or the option and a regular expression its value must match, "
-                    "e.g. '--report-bindings' or '--display-map' or '-x ^NCCL_[A-Z_]+=[^;&|$`]*$'."),
+                    "e.g. '--display-topo', '--rank-by (slot|node)' or, for an MCA parameter, '--mca coll_hcoll_enable [01]' "
+                    "(the expression matches the name and the value)."),
     )
     outputs_max_bytes = models.PositiveBigIntegerField(
         default=1024**3,
@@ -242,12 +250,17 @@ class LauncherDefaults(models.Model):
 
     def clean(self) -> None:
         errors = {}
-        # The same rule as a job's extra arguments: these end up in the same mpirun command.
+        # The administrator's own options are not held to the users' allow-list, only to what holds for
+        # everyone: no option the platform sets, no reserved MCA or variable name, shell-safe MCA values.
         for field in ("bind_args", "x_args", "mca_args"):
             try:
-                validate_extra_args(getattr(self, field))
+                check_mpirun_options(field, getattr(self, field))
             except CommandError as error:
                 errors[field] = error.message
+        try:
+            allowed_options(self.extra_options_allowed)
+        except CommandError as error:
+            errors["extra_options_allowed"] = error.message
         prefixes = [prefix.strip() for prefix in self.tune_prefixes.split(",")]
         if any(not ENV_NAME_RE.match(prefix) for prefix in prefixes):
             errors["tune_prefixes"] = _("Give variable-name prefixes separated by commas, such as MA_,PATH.")
@@ -513,6 +526,8 @@ class Worker(models.Model):
     message = models.TextField(blank=True)
     # The container's first process on the node, as the node sees it; ending it ends the container.
     container_pid = models.PositiveIntegerField(null=True, blank=True)
+    # The worker's container, by its own unique name (never by a kernel number, which is reused).
+    container_name = models.CharField(max_length=128, blank=True)
 
     class Meta:
         ordering = ["job", "index"]

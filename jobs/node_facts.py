@@ -36,8 +36,8 @@ class SocketIfnames(TypedDict):
 
 
 class ContainerSeen(TypedDict):
-    workdir: str
-    processes: int
+    name: str
+    state: str
 
 
 class NodeFacts(TypedDict, total=False):
@@ -52,6 +52,9 @@ class NodeFacts(TypedDict, total=False):
     gpu_error: str
     openmpi: str | None
     python: str | None
+    podman: str | None  # the container runtime's version; None when it is not installed
+    images: list[str]
+    cdi: bool | None  # NVIDIA's CDI spec is there, so GPUs can be given to containers (None: not asked)
     containers: list[ContainerSeen]
 
 
@@ -123,9 +126,9 @@ def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:
     gpus, gpu_error = _gpus(sections.get("gpus", ["!absent"]))
     containers = []
     for line in sections.get("containers", []):
-        workdir, _, count = line.rpartition(" ")
-        if count.isdigit():
-            containers.append({"workdir": workdir, "processes": int(count)})
+        name, _, state = line.partition(" ")
+        if name:
+            containers.append(ContainerSeen(name=name, state=state.strip()))
     return {
         "cpu_cores": _first_int(sections.get("cpu", [])),
         "memory_gb": round(memory_kib / 1024**2, 1) if memory_kib else None,
@@ -136,6 +139,9 @@ def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:
         "gpu_error": gpu_error,
         "openmpi": _version(sections.get("openmpi", []), r"Open MPI\)?\s+v?(\S+)"),
         "python": _version(sections.get("python", []), r"Python\s+(\S+)"),
+        "podman": _version(sections.get("podman", []), r"podman version\s+(\S+)"),
+        "images": sorted(line for line in sections.get("images", []) if ":" in line and not line.startswith("<none>")),
+        "cdi": sections["cdi"][:1] == ["yes"] if "cdi" in sections else None,
         "containers": containers,
     }
 
@@ -189,10 +195,8 @@ def spec_contradictions(facts: NodeFacts, spec: "ResourceSpec") -> list[str]:
     if spec.network != Network.NONE and ifnames and not ifnames.get("found"):
         wanted = ",".join(ifnames.get("wanted", []))
         problems.append(f"none of the interfaces NCCL_SOCKET_IFNAME names ({wanted}) exists")
-    if "openmpi" in facts and not facts["openmpi"]:
-        problems.append("Open MPI (mpirun) is not installed")
-    if "python" in facts and not facts["python"]:
-        problems.append("python3 is not installed")
+    if spec.gpu_count and gpus and facts.get("cdi") is False:
+        problems.append("no CDI spec for the GPUs (run nvidia-ctk cdi generate): containers cannot get them")
     return problems
 
 
@@ -216,8 +220,7 @@ def facts_summary(facts: NodeFacts) -> str:
     active = [f"{port['device']}/{port['port']} {port['link_layer']}" for port in facts.get("rdma") or []]
     if active:
         parts.append(", ".join(active))
-    if facts.get("openmpi"):
-        parts.append(f"Open MPI {facts['openmpi']}")
-    if facts.get("python"):
-        parts.append(f"Python {facts['python']}")
+    if facts.get("podman"):
+        images = facts.get("images") or []
+        parts.append(f"Podman {facts['podman']}, {len(images)} image(s)")
     return " · ".join(parts)

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.results.outputs import outputs_root
 
-from .access import DELETE_OTHERS, ensure_may, visible_jobs
+from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
 from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
@@ -76,7 +76,9 @@ def _form_page(request, form, rebuilt_from=None):
         "engines": Engine.objects.prefetch_related("versions"),
         "selected_family": family,
         "max_env": MAX_ENV_VARS,
-        "code_dirs": CodeDirectory.objects.all(),
+        "code_dirs": visible_code_dirs(request.user),
+        "sharing_choices": CodeDirectory.Sharing.choices,
+        "user_groups": request.user.groups.order_by("name"),
         "specs": ResourceSpec.objects.all(),
         "pools": ResourcePool.objects.all(),
         "rebuilt_from": rebuilt_from,
@@ -86,26 +88,26 @@ def _form_page(request, form, rebuilt_from=None):
 @login_required
 def job_create(request):
     if request.method == "POST":
-        form = TrainingJobForm(page_data(request.POST))
+        form = TrainingJobForm(page_data(request.POST), user=request.user)
         if form.is_valid():
             job = submit_job(form, request.user)
             messages.success(request, _("Job %(name)s submitted.") % {"name": job.name})
             return redirect("job-detail", pk=job.pk)
     else:
-        form = TrainingJobForm()
+        form = TrainingJobForm(user=request.user)
     return _form_page(request, form)
 
 
 @login_required
 def job_rebuild(request, pk):
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
-    return _form_page(request, TrainingJobForm(initial=TrainingJobForm.initial_from_job(job)), rebuilt_from=job)
+    return _form_page(request, TrainingJobForm(initial=TrainingJobForm.initial_from_job(job), user=request.user), rebuilt_from=job)
 
 
 @login_required
 @require_POST
 def job_preview(request):
-    return JsonResponse(preview(TrainingJobForm(page_data(request.POST))))
+    return JsonResponse(preview(TrainingJobForm(page_data(request.POST), user=request.user)))
 
 
 @login_required

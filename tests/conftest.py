@@ -7,7 +7,6 @@ above both folders, so a run of both starts each service once.
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from django.db import connection
 from console import services
 from console.celery import app as celery_app
 from jobs import localcluster
+from jobs.images.build import build
+from jobs.images.recipes import MPI
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
@@ -144,11 +145,18 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
     worker.stop()
 
 
+@pytest.fixture(scope="session")
+def mpi_image():
+    """The shipped MPI engine image, built once per machine (its archive is cached by the recipe's hash)."""
+    build(MPI, say=lambda text: print(text, flush=True))
+    return MPI.reference
+
+
 @pytest.fixture
-def console(transactional_db, celery_worker, local_cluster):
+def console(transactional_db, celery_worker, local_cluster, mpi_image):
     """A console with an MPI engine and the local cluster's nodes registered, as `make run` leaves it."""
     mpi = Engine.objects.create(name="MPI")
-    engine = EngineVersion.objects.create(engine=mpi, version="local-mpi4py", python="/usr/bin/python3")
+    engine = EngineVersion.objects.create(engine=mpi, version="local-mpi4py", image=mpi_image, python=MPI.python)
     spec = ResourceSpec.objects.create(
         name="local-cpu", cpu_cores=CLUSTER_SLOTS, memory_gb=4, cpu_slots_per_node=CLUSTER_SLOTS, network=Network.SOCKET
     )
@@ -171,8 +179,7 @@ def programs_dir():
 def pytest_sessionfinish(session, exitstatus):
     # Leave no job container behind even when a test failed halfway; only a session that started the
     # cluster's worker cleans up, so a unit-test run beside an integration run never ends its containers.
+    # (The local cluster's `down` ends every container of its nodes.)
     root = Path(TEST_NODE_WORK_ROOT)
     if STARTED_WORKERS and root.is_dir() and os.geteuid() == 0:
-        for stop_script in root.glob("*/worker-*/stop-container.sh"):
-            subprocess.run(["sh", str(stop_script), str(stop_script.parent)], capture_output=True, timeout=30)
         shutil.rmtree(root, ignore_errors=True)

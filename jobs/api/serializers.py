@@ -1,3 +1,4 @@
+from django.contrib.auth.models import Group
 from rest_framework import serializers
 
 from jobs.allocation import waiting_reason
@@ -28,9 +29,66 @@ class EngineSerializer(serializers.ModelSerializer):
 
 
 class CodeDirSerializer(serializers.ModelSerializer):
+    owner = serializers.SerializerMethodField()
+    group = serializers.SerializerMethodField()
+
     class Meta:
         model = CodeDirectory
-        fields = ["id", "name", "file_count", "size_bytes", "created_at"]
+        fields = ["id", "name", "file_count", "size_bytes", "owner", "sharing", "group", "created_at"]
+
+    def get_owner(self, code_dir: CodeDirectory) -> str | None:
+        return code_dir.owner.username if code_dir.owner else None
+
+    def get_group(self, code_dir: CodeDirectory) -> str | None:
+        return code_dir.shared_with.name if code_dir.shared_with else None
+
+
+class CodeDirSharingSerializer(serializers.Serializer):
+    """Whom besides its owner a code directory is shown to: `sharing` (private, everyone or group) and, for a
+    group, `group`: the name or id of one of the owner's groups. Naming a group alone means sharing with it.
+
+    The context's `user` is the owner choosing; the instance, when given, is the code directory as it is.
+    """
+
+    sharing = serializers.ChoiceField(choices=CodeDirectory.Sharing.choices, required=False)
+    group = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=150)
+
+    def validate_group(self, value: str | None) -> Group | None:
+        text = (value or "").strip()
+        if not text:
+            return None
+        user = self.context["user"]
+        groups = Group.objects.all() if user.is_superuser else user.groups.all()
+        found = groups.filter(pk=int(text)).first() if text.isdigit() else None
+        found = found or groups.filter(name=text).first()
+        if found is None:
+            # The same words whether the group exists or not: who is in which group is not told.
+            raise serializers.ValidationError(f"You can share only with a group you belong to; {text!r} is not one of yours.")
+        return found
+
+    def validate(self, attrs: dict) -> dict:
+        current = self.instance
+        group_given = "group" in attrs
+        group = attrs.get("group")
+        sharing = attrs.get("sharing")
+        if not sharing:
+            if group is not None:
+                sharing = CodeDirectory.Sharing.GROUP
+            else:
+                sharing = current.sharing if current else CodeDirectory.Sharing.PRIVATE
+        if sharing == CodeDirectory.Sharing.GROUP:
+            if not group_given and current is not None:
+                group = current.shared_with
+            if group is None:
+                raise serializers.ValidationError({"group": ["Name the group to share the code directory with."]})
+        elif group is not None:
+            raise serializers.ValidationError({"group": ['A group is named only with sharing "group".']})
+        return {"sharing": sharing, "shared_with": group}
+
+    def update(self, instance: CodeDirectory, validated_data: dict) -> CodeDirectory:
+        instance.sharing, instance.shared_with = validated_data["sharing"], validated_data["shared_with"]
+        instance.save(update_fields=["sharing", "shared_with"])
+        return instance
 
 
 class WorkerSerializer(serializers.ModelSerializer):

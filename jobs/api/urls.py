@@ -8,6 +8,7 @@ urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
     path("engines", views.EngineList.as_view(), name="api-engines"),
     path("code-dirs", views.CodeDirList.as_view(), name="api-code-dirs"),
+    path("code-dirs/<int:pk>", views.CodeDirDetail.as_view(), name="api-code-dir"),
     path("training-jobs", views.TrainingJobList.as_view(), name="api-jobs"),
     path("training-jobs/<int:pk>", views.TrainingJobDetail.as_view(), name="api-job"),
     path("training-jobs/<int:pk>/log", views.job_log, name="api-job-log"),

@@ -1,29 +1,29 @@
 """The JSON API: thin views over the job form, the submission service and the log store."""
 
-import tempfile
-from pathlib import Path
-
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from rest_framework import generics, status
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import visible_jobs
-from jobs.code_dirs import ArchiveRejected, create_from_archive
+from jobs.access import may_share_code_dir, visible_code_dirs, visible_jobs
+from jobs.code_dirs import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
 from jobs.forms import TrainingJobForm, form_errors
 from jobs.logs.follow import job_log_events, line_payload, log_file_chunks
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
-from jobs.models import CodeDirectory, EngineVersion, IllegalTransition, ResourceSpec
+from jobs.models import EngineVersion, IllegalTransition, ResourceSpec
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission import stop_visible_job, submit_job
 
 from .serializers import (
     CodeDirSerializer,
+    CodeDirSharingSerializer,
     EngineSerializer,
     SpecSerializer,
     TrainingJobListSerializer,
@@ -32,6 +32,8 @@ from .serializers import (
 
 LOG_PAGE_LINES = 5000
 LOG_JSON_PAGE_LINES = 2000
+# What an upload's body may hold beside the archive (its other fields, the multipart framing).
+UPLOAD_FIELDS_ALLOWANCE = 64 * 1024
 
 
 class SpecList(generics.ListAPIView):
@@ -45,30 +47,66 @@ class EngineList(generics.ListAPIView):
 
 
 class CodeDirList(APIView):
+    """The code directories the user may see; POST uploads one (multipart: `name`, `archive`, and optionally
+    `sharing` and `group`; private to the uploader unless said otherwise)."""
+
     parser_classes = [MultiPartParser]
 
     def get(self, request):
-        return Response(CodeDirSerializer(CodeDirectory.objects.all(), many=True).data)
+        return Response(CodeDirSerializer(visible_code_dirs(request.user), many=True).data)
 
     def post(self, request):
+        limit = settings.CODE_DIR_MAX_UPLOAD_BYTES
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit + UPLOAD_FIELDS_ALLOWANCE:
+            # Refused before the body is parsed: the archive alone would be over the limit.
+            return Response({"archive": [upload_size_refusal(declared, limit)]}, status=status.HTTP_400_BAD_REQUEST)
         name = (request.data.get("name") or "").strip()
         archive = request.FILES.get("archive")
         errors = {}
-        if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 64:
-            errors["name"] = ["Use 1 to 64 letters, digits, '-' or '_'."]
+        name_problem = name_refusal(name)
+        if name_problem:
+            errors["name"] = [name_problem]
+        sharing = CodeDirSharingSerializer(
+            data={key: request.data[key] for key in ("sharing", "group") if request.data.get(key)},
+            context={"user": request.user})
+        if not sharing.is_valid():
+            errors.update(sharing.errors)
         if archive is None:
             errors["archive"] = ["Attach a .zip or .tar.gz archive."]
+        elif archive.size > limit:
+            errors["archive"] = [upload_size_refusal(archive.size, limit)]
         if errors:
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
-        with tempfile.NamedTemporaryFile(suffix=Path(archive.name).suffix) as saved:
-            for chunk in archive.chunks():
-                saved.write(chunk)
-            saved.flush()
-            try:
-                code_dir = create_from_archive(name, Path(saved.name), owner=request.user)
-            except ArchiveRejected as error:
-                return Response({"archive": [str(error)]}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            code_dir = create_from_archive(name, archive, owner=request.user, sharing=sharing.validated_data["sharing"],
+                                           shared_with=sharing.validated_data["shared_with"])
+        except ArchiveRejected as refusal:
+            return Response({refusal.field: [str(refusal)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response(CodeDirSerializer(code_dir).data, status=status.HTTP_201_CREATED)
+
+
+class CodeDirDetail(APIView):
+    """One code directory the user may see; PATCH (`sharing`, `group`) changes whom it is shared with: its owner only."""
+
+    def get(self, request, pk):
+        return Response(CodeDirSerializer(get_object_or_404(visible_code_dirs(request.user), pk=pk)).data)
+
+    def patch(self, request, pk):
+        code_dir = get_object_or_404(visible_code_dirs(request.user), pk=pk)
+        if not may_share_code_dir(request.user, code_dir):
+            raise PermissionDenied("Only the code directory's owner may change whom it is shared with.")
+        unknown = sorted(set(request.data) - {"sharing", "group"})
+        if unknown:
+            return Response({key: ["Only sharing and group can be changed."] for key in unknown},
+                            status=status.HTTP_400_BAD_REQUEST)
+        sharing = CodeDirSharingSerializer(code_dir, data=request.data, partial=True, context={"user": request.user})
+        sharing.is_valid(raise_exception=True)
+        sharing.save()
+        return Response(CodeDirSerializer(code_dir).data)
 
 
 class TrainingJobList(APIView):
@@ -82,7 +120,7 @@ class TrainingJobList(APIView):
 
     def post(self, request):
         data = dict(request.data)
-        form = TrainingJobForm(data=data)
+        form = TrainingJobForm(data=data, user=request.user)
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
         job = submit_job(form, request.user)

@@ -19,22 +19,17 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-JOB_DIR = "/home/ma-user/user-job-dir"
+import re2
+
+from jobs.launch.platform_env import ENV_NAME, JOB_DIR, user_variable_problem
+
 HOSTFILE_PATH = "/home/ma-user/.mpi/hostfile"
 TUNE_FILE_PATH = "/home/ma-user/.mpi/tune-env"
 
-# Options the platform sets itself; a user who passed them in OPENMPI_EXTRA_ARGS would silently
-# change how many processes run or where, which the reference forbids.
-RESERVED_MPIRUN_OPTIONS = {
-    "-np", "--np", "-n", "-c", "--n",
-    "-hostfile", "--hostfile", "-machinefile", "--machinefile", "-H", "-host", "--host",
-    "-tune", "--tune",
-}
-RESERVED_MCA_PARAMS = {"plm_rsh_args", "plm_rsh_agent", "orte_default_hostfile"}
-
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-PARAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ENV_NAME_RE = ENV_NAME
+PARAM_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 
 
 class CommandError(ValueError):
@@ -81,15 +76,333 @@ def split_args(field_name: str, text: str) -> list[str]:
         raise CommandError(field_name, f"cannot be split into arguments: {error}") from None
 
 
-def validate_extra_args(text: str) -> list[str]:
-    args = split_args("extra_args", text)
-    for position, arg in enumerate(args):
-        option = arg.split("=", 1)[0]
-        if option in RESERVED_MPIRUN_OPTIONS:
-            raise CommandError("extra_args", f"{option} is set by the platform and cannot be changed")
-        if option in {"-mca", "--mca", "-gmca", "--gmca"} and position + 1 < len(args):
-            if args[position + 1] in RESERVED_MCA_PARAMS:
-                raise CommandError("extra_args", f"the MCA parameter {args[position + 1]} is set by the platform")
+# ---- mpirun's options: a user's OPENMPI_EXTRA_ARGS, and the administrator's defaults ----
+#
+# A user's OPENMPI_EXTRA_ARGS is checked against an allow-list (validate_extra_args); anything not on it
+# is refused with a message naming the option. Built in:
+#   flags     --report-bindings, --display-map, --display-devel-map, --display-allocation,
+#             --display-devel-allocation, -v / --verbose, --tag-output
+#             (--timestamp-output is left out: it puts a date before the rank tags the log is read by)
+#   -x NAME=value, -x NAME   any NAME that user_variable_problem does not refuse (MA_*, OMPI_*, HOME,
+#             LD_PRELOAD, ...); the value is free (mpirun hands it to the ranks in its launch message,
+#             never through a shell: measured, `$(...)`, spaces and quotes arrive verbatim), no line breaks
+#   --mca NAME VALUE  NAME in BUILTIN_MCA_FAMILIES (component selection btl/pml/mtl/coll/osc, TCP
+#             interfaces, btl_tcp_/btl_vader_/btl_openib_/pml_ob1_/pml_ucx_/coll_tuned_ tuning, a few
+#             mpi_ booleans), with a value of that family's shape; never plm_*, orte_*, mca_base_*, nor a
+#             name holding agent, prefix, file, dir, path, exec, launch, cmd
+#   --bind-to POLICY[:if-supported]   --map-by POLICY[:PE=n,SPAN,NOOVERSUBSCRIBE]   (no OVERSUBSCRIBE, no ppr)
+# Every option is accepted with one dash or two (-report-bindings, --mca), as mpirun accepts them.
+#
+# The administrator extends the list in LauncherDefaults.extra_options_allowed, one option a line
+# (blank lines and lines starting with # are skipped):
+#   --display-topo                    a flag
+#   --rank-by (slot|node)             an option and a regular expression (RE2) its value must fully match
+#   --mca coll_hcoll_enable [01]      for --mca the expression matches "NAME VALUE"
+# An option in NEVER_OPTIONS cannot be allowed, and what holds for everyone (check_mpirun_options) still
+# holds: reserved MCA names and variable names stay refused, and every option value but -x's keeps to
+# SAFE_VALUE_RE, since mpirun turns many options into MCA parameters.
+#
+# The administrator's own defaults (bind_args, x_args, mca_args) are not held to the users' list; they,
+# and at launch every job's arguments again, go through check_mpirun_options: no option the platform
+# sets or that replaces what runs, no reserved MCA or variable name, MCA values of SAFE_VALUE_RE only.
+
+# (Every pattern here ends in \Z, not $: `$` also matches before a final line break.)
+# What a value may hold. Open MPI passes the MCA parameters it was given (on its command line or as
+# OMPI_MCA_* variables) on to every remote orted on that orted's ssh command line, wrapped in double
+# quotes only when the value has a space, so the node's shell reads them: `--mca x "$(touch /tmp/f)"`
+# ran `touch` on worker-1. None of these characters means anything to a POSIX shell.
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%^-]+\Z")
+SAFE_VALUE_WORDS = "letters, digits and _ . , : / = + @ % ^ -"
+OPTION_RE = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)\Z")
+MCA_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*\Z")
+MCA_OPTIONS = frozenset({"mca", "gmca"})
+EXPORT_OPTION = "x"
+
+_PLATFORM = "is set by the platform and cannot be changed"
+_RUNS = "would replace what the platform runs on the nodes, or how it starts it"
+_PLACES = "would change how many processes run or where; the spec and the node count decide that"
+# Options nobody gives, whatever the lists say.
+NEVER_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(("np", "n", "c", "hostfile", "machinefile", "default-hostfile", "H", "host", "add-host",
+                     "add-hostfile", "tune", "am"), _PLATFORM),
+    **dict.fromkeys(("prefix", "noprefix", "launch-agent", "app", "wdir", "wd", "path", "preload-files",
+                     "preload-binary", "s", "debugger", "debug", "tv", "xterm"), _RUNS),
+    **dict.fromkeys(("rankfile", "rf", "npernode", "N", "npersocket", "pernode", "ppr", "oversubscribe"), _PLACES),
+    "allow-run-as-root": "would let the job's processes run as root",
+}
+# MCA parameters nobody sets: the platform's own, the launcher's component, and whatever names an agent,
+# an installation prefix, a parameter file or a host file (plm_rsh_agent, orte_fork_agent, orte_launch_agent,
+# mca_base_param_files, ...).
+RESERVED_MCA_PARAMS = frozenset({"plm", "plm_rsh_args", "orte_tag_output", "orte_default_hostfile",
+                                 "orte_default_dash_host", "rmaps_base_oversubscribe"})
+RESERVED_MCA_WORDS = ("agent", "prefix", "param_file", "hostfile")
+RESERVED_MCA_PREFIXES = ("mca_base_",)
+
+BUILTIN_FLAGS = ("report-bindings", "display-map", "display-devel-map", "display-allocation",
+                 "display-devel-allocation", "v", "verbose", "tag-output")
+_BIND_TO = r"(?i:(?:none|hwthread|core|l1cache|l2cache|l3cache|socket|numa|board)(?::if-supported)?)"
+_MAP_MODIFIER = r"(?:pe=\d{1,3}|span|nooversubscribe)"
+_MAP_BY = (r"(?i:(?:slot|node|core|socket|numa|board|hwthread|l1cache|l2cache|l3cache)"
+           rf"(?::{_MAP_MODIFIER}(?:,{_MAP_MODIFIER})*)?)")
+_COMPONENTS = r"\^?[a-z0-9_]+(?:,[a-z0-9_]+)*"
+_INTERFACES = r"[A-Za-z0-9_.:/-]+(?:,[A-Za-z0-9_.:/-]+)*"
+_TUNING = r"[A-Za-z0-9_.:+-]+(?:,[A-Za-z0-9_.:+-]+)*"
+_BOOLEAN = r"(?i:-1|0|1|true|false|yes|no)"
+# The MCA parameters a user may set: (name, value) expressions, both to match in full.
+BUILTIN_MCA_FAMILIES: tuple[tuple[Any, Any], ...] = tuple(
+    (re.compile(name), re.compile(value))
+    for name, value in (
+        (r"btl|pml|mtl|coll|osc", _COMPONENTS),
+        (r"(?:btl|oob)_tcp_if_(?:include|exclude)", _INTERFACES),
+        (r"(?:btl_tcp|btl_vader|btl_openib|pml_ob1|pml_ucx|coll_tuned)_[a-z0-9_]+", _TUNING),
+        (r"mpi_(?:leave_pinned|leave_pinned_pipeline|warn_on_fork|yield_when_idle|abort_print_stack)", _BOOLEAN),
+    )
+)
+# Words that keep a parameter out of the users' families: they name files, directories and programs
+# (btl_openib_device_param_files, coll_tuned_dynamic_rules_filename, ...).
+USER_MCA_FORBIDDEN_WORDS = ("file", "dir", "path", "exec", "launch", "cmd", "command", "agent", "prefix")
+MAX_ALLOWED_REGEX = 500
+ALLOWED_FIELD = "extra_options_allowed"
+
+
+@dataclass(frozen=True)
+class OptionRule:
+    """How one allowed option is given: "flag" (no value), "value" (one word), "mca" (NAME VALUE) or
+    "export" (-x NAME[=value]); a value must fully match one of `patterns` (for "mca": "NAME VALUE",
+    besides the built-in families; for "export" the variable-name rules decide)."""
+
+    kind: str
+    patterns: tuple[Any, ...] = ()
+
+
+BUILTIN_OPTIONS: dict[str, OptionRule] = {
+    **{name: OptionRule("flag") for name in BUILTIN_FLAGS},
+    "bind-to": OptionRule("value", (re.compile(_BIND_TO),)),
+    "map-by": OptionRule("value", (re.compile(_MAP_BY),)),
+    EXPORT_OPTION: OptionRule("export"),
+    "mca": OptionRule("mca"),
+}
+_ARITY = {"flag": 0, "value": 1, "export": 1, "mca": 2}
+
+
+def _spelled(key: str) -> str:
+    return f"-{key}" if len(key) == 1 else f"--{key}"
+
+
+def _compile_allowed_regex(number: int, regex: str) -> Any:
+    if len(regex) > MAX_ALLOWED_REGEX:
+        raise CommandError(ALLOWED_FIELD, f"line {number}: the regular expression is longer than {MAX_ALLOWED_REGEX} characters")
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(regex, options)
+    except re2.error as error:
+        reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else error
+        raise CommandError(
+            ALLOWED_FIELD,
+            f"line {number}: {regex!r} is not a regular expression RE2 can run (no back-references or lookaround): {reason}",
+        ) from None
+
+
+def allowed_options(extension: str = "") -> dict[str, OptionRule]:
+    """The options users may give: the built-in ones plus the administrator's lines (see above).
+
+    Raises CommandError on the `extra_options_allowed` field for a line that cannot be used.
+    """
+    _check_text(ALLOWED_FIELD, extension)
+    options = dict(BUILTIN_OPTIONS)
+    for number, raw in enumerate(extension.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        word, regex = parts[0], (parts[1].strip() if len(parts) > 1 else "")
+        matched = OPTION_RE.match(word)
+        if matched is None:
+            raise CommandError(ALLOWED_FIELD, f"line {number}: {word!r} is not an mpirun option; "
+                                              "begin the line with the option, such as --report-bindings")
+        key = matched.group(1)
+        if key in NEVER_OPTIONS:
+            raise CommandError(ALLOWED_FIELD, f"line {number}: {word} cannot be allowed: it {NEVER_OPTIONS[key]}")
+        existing = options.get(key)
+        if not regex:
+            if existing is not None and existing.kind != "flag":
+                raise CommandError(ALLOWED_FIELD, f"line {number}: {word} takes a value; "
+                                                  "give the regular expression its value must match after it")
+            options[key] = OptionRule("flag")
+            continue
+        if existing is not None and existing.kind == "flag":
+            raise CommandError(ALLOWED_FIELD, f"line {number}: {word} is a flag here (it takes no value); give it alone")
+        pattern = _compile_allowed_regex(number, regex)
+        if existing is not None:
+            kind = existing.kind
+        else:
+            kind = "mca" if key in MCA_OPTIONS else "export" if key == EXPORT_OPTION else "value"
+        options[key] = OptionRule(kind, (*(existing.patterns if existing else ()), pattern))
+    return options
+
+
+def _check_text(field_name: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CommandError(field_name, "holds characters that are not text") from None
+
+
+def _option_key(field_name: str, word: str) -> str:
+    if word == "--":
+        raise CommandError(field_name, "-- would end mpirun's options and make what follows the program; "
+                                       "the program and its arguments come from the boot file and the hyperparameters")
+    matched = OPTION_RE.match(word)
+    if matched is None:
+        raise CommandError(field_name, f"{word!r} is not an mpirun option (nor the value of one): the program and its "
+                                       "arguments come from the boot file and the hyperparameters")
+    return matched.group(1)
+
+
+def _take(field_name: str, args: Sequence[str], position: int, count: int) -> list[str]:
+    values = list(args[position + 1:position + 1 + count])
+    if len(values) < count:
+        word = args[position]
+        needs = {1: "a value", 2: "a parameter name and a value"}[count]
+        if word.lstrip("-") == EXPORT_OPTION:
+            needs = "NAME=value or NAME"
+        raise CommandError(field_name, f"{word} needs {needs}")
+    return values
+
+
+def mca_param_problem(name: str) -> str | None:
+    """Why nobody may set the MCA parameter `name` (the message completes "the MCA parameter NAME ..."), or None."""
+    if not MCA_NAME_RE.match(name):
+        return "is not an MCA parameter name (lowercase letters, digits and '_')"
+    if name in RESERVED_MCA_PARAMS:
+        return "is set by the platform or chooses its launcher, and cannot be changed"
+    if name.startswith(RESERVED_MCA_PREFIXES) or any(word in name for word in RESERVED_MCA_WORDS):
+        return "would change what the platform runs on the nodes or where it reads its settings, and cannot be set"
+    return None
+
+
+def _check_safe_value(field_name: str, what: str, value: str) -> None:
+    if not SAFE_VALUE_RE.match(value):
+        raise CommandError(field_name, f"the value of {what} may hold only {SAFE_VALUE_WORDS} "
+                                       "(mpirun passes it on to the other nodes through a shell)")
+
+
+def _check_mca(field_name: str, word: str, name: str, value: str) -> None:
+    problem = mca_param_problem(name)
+    if problem:
+        raise CommandError(field_name, f"{word} {name}: the MCA parameter {name} {problem}")
+    _check_safe_value(field_name, f"the MCA parameter {name}", value)
+
+
+def _check_export(field_name: str, word: str, given: str) -> None:
+    name, has_value, value = given.partition("=")
+    problem = user_variable_problem(name, value if has_value else None)
+    if problem:
+        raise CommandError(field_name, f"{word} {name}: {problem}")
+    if any(character in value for character in "\n\r\0"):
+        raise CommandError(field_name, f"{word} {name}: the value cannot hold a line break or a NUL")
+
+
+def _check_placement(field_name: str, word: str, key: str, value: str) -> None:
+    if key == "map-by":
+        lowered = value.lower()
+        if "oversubscribe" in lowered.replace("nooversubscribe", "") or lowered.startswith("ppr"):
+            raise CommandError(field_name, f"{word} {value}: {_PLACES}")
+
+
+def check_mpirun_options(field_name: str, text: str) -> list[str]:
+    """mpirun options as anyone's list may hold them, as arguments: the administrator's defaults, and a job's
+    arguments again at launch (the users' allow-list is validate_extra_args, at submission).
+
+    Refuses a word that is no option's value (it would replace the program), options nobody gives
+    (NEVER_OPTIONS), reserved MCA parameters and variable names, a map-by that oversubscribes, and option
+    values outside SAFE_VALUE_RE (but -x's, which never reach a shell).
+    """
+    _check_text(field_name, text)
+    args = split_args(field_name, text)
+    position = 0
+    while position < len(args):
+        word = args[position]
+        key = _option_key(field_name, word)
+        if key in NEVER_OPTIONS:
+            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+        if key in MCA_OPTIONS:
+            name, value = _take(field_name, args, position, 2)
+            _check_mca(field_name, word, name, value)
+            position += 3
+            continue
+        if key == EXPORT_OPTION:
+            _check_export(field_name, word, _take(field_name, args, position, 1)[0])
+            position += 2
+            continue
+        known = BUILTIN_OPTIONS.get(key)
+        if known is not None and known.kind == "flag":
+            position += 1
+            continue
+        following = args[position + 1] if position + 1 < len(args) else None
+        if known is not None or (following is not None and following != "--" and not OPTION_RE.match(following)):
+            # A known option's value, or what follows an option this code does not know: taken as its value.
+            (value,) = _take(field_name, args, position, 1)
+            _check_safe_value(field_name, word, value)
+            _check_placement(field_name, word, key, value)
+            position += 2
+            continue
+        position += 1
+    return args
+
+
+def _check_user_mca(field_name: str, word: str, name: str, value: str, rule: OptionRule) -> None:
+    _check_mca(field_name, word, name, value)
+    built_in = not any(forbidden in name for forbidden in USER_MCA_FORBIDDEN_WORDS) and any(
+        name_re.fullmatch(name) and value_re.fullmatch(value) for name_re, value_re in BUILTIN_MCA_FAMILIES
+    )
+    if built_in or any(pattern.fullmatch(f"{name} {value}") for pattern in rule.patterns):
+        return
+    raise CommandError(
+        field_name,
+        f"{word} {name} {value}: not an MCA parameter and value users may set (allowed: component choices btl, pml, "
+        "mtl, coll, osc; btl_tcp_if_include and the like; btl_tcp_, btl_vader_, btl_openib_, pml_ob1_, pml_ucx_, "
+        "coll_tuned_ tuning; mpi_leave_pinned, mpi_warn_on_fork, mpi_yield_when_idle); an administrator can allow more",
+    )
+
+
+def _allowed_words(options: Mapping[str, OptionRule]) -> str:
+    shown = {"x": "-x NAME=value", "mca": "--mca NAME VALUE"}
+    return ", ".join(shown.get(key, _spelled(key)) for key in options)
+
+
+def validate_extra_args(text: str, options: Mapping[str, OptionRule] | None = None) -> list[str]:
+    """A user's OPENMPI_EXTRA_ARGS as mpirun arguments: every option on the allow-list (`options`, by default
+    the built-in one; see allowed_options), with a value it allows. The first wrong one is named."""
+    field_name = "extra_args"
+    rules = BUILTIN_OPTIONS if options is None else options
+    _check_text(field_name, text)
+    args = split_args(field_name, text)
+    position = 0
+    while position < len(args):
+        word = args[position]
+        key = _option_key(field_name, word)
+        if key in NEVER_OPTIONS:
+            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+        rule = rules.get(key)
+        if rule is None:
+            raise CommandError(field_name, f"{word} is not among the mpirun options allowed here ({_allowed_words(rules)}); "
+                                           "an administrator can allow more")
+        values = _take(field_name, args, position, _ARITY[rule.kind])
+        if rule.kind == "mca":
+            _check_user_mca(field_name, word, values[0], values[1], rule)
+        elif rule.kind == "export":
+            # Any name the variable rules do not reserve is allowed; an administrator's -x lines add nothing.
+            _check_export(field_name, word, values[0])
+        elif rule.kind == "value":
+            _check_placement(field_name, word, key, values[0])
+            _check_safe_value(field_name, word, values[0])
+            if not any(pattern.fullmatch(values[0]) for pattern in rule.patterns):
+                raise CommandError(field_name, f"{word} {values[0]}: not a value allowed here")
+        position += 1 + len(values)
+    # What holds for everyone holds here too, so that what is accepted now is what the launch accepts.
+    check_mpirun_options(field_name, text)
     return args
 
 
@@ -134,10 +447,12 @@ def build_launch_command(inputs: LaunchInputs) -> LaunchCommand:
         raise CommandError("node_count", "a job needs at least one node")
     np = inputs.processes_per_node * len(inputs.worker_hostnames)
     boot_path = boot_file_path(inputs.code_dir_name, inputs.boot_file)
-    bind = split_args("bind_args", inputs.bind_args)
-    x = split_args("x_args", inputs.x_args)
-    mca = split_args("mca_args", inputs.mca_args)
-    extra = validate_extra_args(inputs.extra_args)
+    # The users' allow-list was applied at submission, with the administrator's list of then; what holds
+    # for everyone is checked again here, on the defaults the job copied and on its own arguments.
+    bind = check_mpirun_options("bind_args", inputs.bind_args)
+    x = check_mpirun_options("x_args", inputs.x_args)
+    mca = check_mpirun_options("mca_args", inputs.mca_args)
+    extra = check_mpirun_options("extra_args", inputs.extra_args)
     params = parameter_args(inputs.parameters)
     python = split_args("python", inputs.python) or ["python"]
 

@@ -8,6 +8,7 @@ shown is what runs. The runtime keeps the plan's command, hostfile and tune file
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,6 +56,28 @@ class WorkerPlan:
     hostname: str
     env: dict[str, str]
     workdir: str
+    # The worker's container on its node, known by this unique name only.
+    container_name: str = ""
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    """What the spec gives each worker's container: enforced by the container runtime."""
+
+    cpus: int
+    memory_bytes: int
+    shm_bytes: int
+    gpus: int
+
+
+def container_limits(job: TrainingJob) -> ContainerLimits:
+    memory = job.spec.memory_gb * 1024**3
+    # /dev/shm (NCCL's and Open MPI's shared memory) is half the memory, as a tmpfs of the node would be.
+    return ContainerLimits(cpus=job.spec.cpu_cores, memory_bytes=memory, shm_bytes=memory // 2, gpus=job.spec.gpu_count)
+
+
+def new_container_name(job: TrainingJob, index: int) -> str:
+    return f"tc-{job.pk}-w{index}-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +102,8 @@ class JobPlan:
     workers: list[WorkerPlan]
     command_template: str = ""
     command: str = ""
+    image: str = ""
+    limits: ContainerLimits = ContainerLimits(cpus=1, memory_bytes=1024**3, shm_bytes=512 * 1024**2, gpus=0)
     # The worker each rank runs on, by rank: computed once from the mapping options (see rank_workers).
     rank_workers: tuple[int, ...] = ()
 
@@ -185,6 +210,7 @@ def worker_plans(job: TrainingJob, workers: Sequence[Worker], work_root: str,
             hostname=worker.hostname,
             env=dict(environments[worker.index]) if environments else {},
             workdir=f"{root}/{job.dns_name}/worker-{worker.index}",
+            container_name=worker.container_name or new_container_name(job, worker.index),
         )
         for worker in workers
         if worker.node
@@ -219,4 +245,6 @@ def plan_job(job: TrainingJob, workers: Sequence[Worker], *, work_root: str, use
         command_template=command.template,
         command=command.expanded,
         rank_workers=job_rank_workers(job),
+        image=job.engine_version.image,
+        limits=container_limits(job),
     )

@@ -3,14 +3,16 @@
 Pure functions; node preparation writes their results into each container.
 """
 
+import re
 from collections.abc import Mapping, Sequence
 
-from jobs.launch.command_builder import JOB_DIR
-
 MA_HOME = "/home/ma-user"
+# The code directories' parent in every container (the command builder takes it from here).
+JOB_DIR = f"{MA_HOME}/user-job-dir"
 # Shipped in every container's bundle; Open MPI's orted runs each rank through it (see node_scripts/rank-agent.sh).
 RANK_AGENT_PATH = f"{MA_HOME}/.mpi/rank-agent.sh"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_LD_LIBRARY_PATH = "/usr/local/lib"
 
 
 def worker_hostname(job_dns: str, index: int) -> str:
@@ -39,13 +41,13 @@ def worker_environment(
 ) -> dict[str, str]:
     """The variables of one worker, in the order they are applied: engine, platform, then the user's.
 
-    The user's come last so they win, except for `MA_` names, which the form refuses.
+    The user's come last so they win; the names they may not set (see `user_variable_problem`) the form refuses.
     """
     count = len(worker_addresses)
     platform = {
         "HOME": MA_HOME,
         "PATH": DEFAULT_PATH,
-        "LD_LIBRARY_PATH": "/usr/local/lib",
+        "LD_LIBRARY_PATH": DEFAULT_LD_LIBRARY_PATH,
         "MA_HOME": MA_HOME,
         "MA_JOB_DIR": JOB_DIR,
         "MA_LOG_DIR": f"{MA_HOME}/modelarts/log",
@@ -67,3 +69,63 @@ def worker_environment(
         "PYTHONUNBUFFERED": "1",
     }
     return {**dict(engine_env), **platform, **dict(user_env)}
+
+
+# ---- Names a user's variable may not take ----
+#
+# A user's variables go into every worker's ~/.ssh/environment, so they reach mpirun, every orted that
+# mpirun starts over SSH, the platform's rank agent and every rank, not only the program. So:
+# - MA_*, HOME and the VC_* names below are the platform's: set per worker, and what the job's files and
+#   SSH keys are found by.
+# - OMPI_*, OPAL_*, ORTE_*, PMIX_*, PRTE_* are Open MPI's own settings, refused outright. OMPI_MCA_* ones
+#   are MCA parameters of mpirun itself (the platform sets OMPI_MCA_orte_tag_output and
+#   OMPI_MCA_orte_fork_agent; others replace the launcher, e.g. OMPI_MCA_plm_rsh_agent), and mpirun puts
+#   every one on the remote orted's ssh command line unquoted, where a shell reads it: a value such as
+#   "$(touch /tmp/f)" ran on worker-1. An MCA parameter a user may set goes in OPENMPI_EXTRA_ARGS as
+#   `--mca NAME VALUE`, where the allow-list and the value check apply.
+# - LD_* other than LD_LIBRARY_PATH (LD_PRELOAD, LD_AUDIT, ...) would load code into mpirun, orted, the
+#   shells sshd starts and the rank agent that records each rank's end, not only the program;
+#   BASH_ENV and ENV are read by every shell the platform starts in the containers.
+# - PATH and LD_LIBRARY_PATH may be set, to add entries, as long as they keep the platform's own
+#   (where the image's python, orted and libraries are); values are not expanded, so `$PATH` would
+#   be taken literally and is refused by the same rule.
+PLATFORM_PREFIXES = ("MA_",)
+OPEN_MPI_PREFIXES = ("OMPI_", "OPAL_", "ORTE_", "PMIX_", "PRTE_")
+PLATFORM_NAMES = frozenset({"VC_TASK_INDEX", "VC_WORKER_NUM", "VC_WORKER_HOSTS"})
+SHELL_STARTUP_NAMES = frozenset({"BASH_ENV", "ENV"})
+# Variables a user may set only to a list that keeps the platform's entries.
+KEEP_ENTRIES = {"PATH": DEFAULT_PATH, "LD_LIBRARY_PATH": DEFAULT_LD_LIBRARY_PATH}
+# \Z, not $: `$` would let a name end in a line break, which breaks ~/.ssh/environment.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def user_variable_problem(name: str, value: str | None = None) -> str | None:
+    """Why a user's variable `name` (set to `value`; None: only forwarded, as `-x NAME`) is refused, or None.
+
+    The message completes "NAME: ...".
+    """
+    if not ENV_NAME.match(name):
+        return "not a valid variable name (letters, digits and '_', not starting with a digit)"
+    if name.startswith(PLATFORM_PREFIXES):
+        return "names starting with MA_ are reserved for the platform"
+    if name.startswith(OPEN_MPI_PREFIXES):
+        return ("names starting with OMPI_, OPAL_, ORTE_, PMIX_ or PRTE_ are Open MPI's own settings, which mpirun "
+                "passes to the nodes' command lines; give an allowed MCA parameter in OPENMPI_EXTRA_ARGS "
+                "(--mca NAME VALUE) instead")
+    if name == "HOME":
+        return f"set by the platform to {MA_HOME}, where the job's code, its SSH keys and its tune file are"
+    if name in PLATFORM_NAMES:
+        return "set by the platform for each worker"
+    if name in SHELL_STARTUP_NAMES:
+        return "read by every shell the platform starts in the job's containers"
+    if name.startswith("LD_") and name not in KEEP_ENTRIES:
+        return ("the dynamic loader's settings would apply to mpirun, orted and the platform's own agents too, "
+                "not only to your program")
+    if name in KEEP_ENTRIES and value is not None:
+        entries = value.split(":")
+        missing = [entry for entry in KEEP_ENTRIES[name].split(":") if entry not in entries]
+        if missing:
+            return (f"must keep the platform's entries {KEEP_ENTRIES[name]} (where the image's programs and libraries "
+                    f"are); add yours before or after them, e.g. /opt/mine:{KEEP_ENTRIES[name]} "
+                    "(values are not expanded: $" + name + " stays as typed)")
+    return None

@@ -8,14 +8,20 @@ its sequence number; a reconnecting browser sends it back as Last-Event-ID and r
 """
 
 import json
+import threading
 import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
+from console.security import client_address, presents_token, token_failures, token_refusal_detail
 from jobs.access import visible_jobs
 from jobs.forms import form_errors
 from jobs.logs.forms import LogQueryForm, event_cursor
@@ -90,6 +96,58 @@ def log_file_chunks(request, job_id: int, query: dict, through: int):
     return _file_chunks(job_id, query, through)
 
 
+class StreamSlots:
+    """The live log streams each user holds open in this process, at most settings.LOG_STREAMS_PER_USER."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._open: Counter[int] = Counter()
+
+    def open_count(self, user_id: int) -> int:
+        with self._lock:
+            return self._open[user_id]
+
+    def take(self, user_id: int, limit: int) -> Callable[[], None] | None:
+        """A slot's release (safe to call more than once), or None when the user holds `limit` already."""
+        with self._lock:
+            if self._open[user_id] >= limit:
+                return None
+            self._open[user_id] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if released:
+                    return
+                released = True
+                self._open[user_id] -= 1
+                if self._open[user_id] <= 0:
+                    del self._open[user_id]
+
+        return release
+
+
+stream_slots = StreamSlots()
+
+
+def holding_slot(events, release: Callable[[], None]):
+    """The event stream, giving its slot back when it ends, fails, is cancelled (the client went away) or,
+    never started, is collected."""
+
+    async def stream():
+        try:
+            async for part in events:
+                yield part
+        finally:
+            release()
+            await events.aclose()
+
+    wrapped = stream()
+    weakref.finalize(wrapped, release)
+    return wrapped
+
+
 def _file_chunks(job_id: int, query: dict, through: int):
     after = 0
     while True:
@@ -128,9 +186,21 @@ def _error(status: int, detail, **headers) -> JsonResponse:
 
 @require_GET
 async def job_log_events(request, pk: int):
-    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream)."""
+    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream).
+
+    Bad tokens count against the client's address as in the rest of the API; each user holds at most
+    LOG_STREAMS_PER_USER streams open at once (the next is a 429).
+    """
+    address, token_tried = client_address(request), presents_token(request)
+    if token_tried:
+        wait = await sync_to_async(token_failures.seconds_refused)(address)
+        if wait:
+            return _error(429, token_refusal_detail(wait), Retry_After=str(wait))
     user = await request_user(request)
     if user is None:
+        if token_tried:
+            await sync_to_async(token_failures.record)(address)
+            return _error(401, "Invalid token.", WWW_Authenticate="Token")
         return _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
     jobs = await sync_to_async(visible_jobs)(user)  # asks the database for the user's permissions
     job_id = await jobs.filter(pk=pk).values_list("pk", flat=True).afirst()
@@ -143,7 +213,12 @@ async def job_log_events(request, pk: int):
         cursor = event_cursor(request.headers.get("Last-Event-ID"), form.cleaned_data["after"])
     except ValidationError as error:
         return _error(400, {"Last-Event-ID": error.messages})
-    response = StreamingHttpResponse(log_events(job_id, cursor, form.cleaned_data), content_type="text/event-stream")
+    release = stream_slots.take(user.pk, settings.LOG_STREAMS_PER_USER)
+    if release is None:
+        return _error(429, f"{settings.LOG_STREAMS_PER_USER} live log streams are open already, the most one user "
+                           "may hold: close one first.", Retry_After="5")
+    response = StreamingHttpResponse(holding_slot(log_events(job_id, cursor, form.cleaned_data), release),
+                                     content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -210,8 +210,23 @@ def read_before(job_id: int, before: int, query: dict, limit: int, *, total: int
     return LogPage(lines, None, previous=previous if previous > 1 else None)
 
 
+# What a terminal acts on when a downloaded log is printed or a plain-text read lands in one: C0 controls but
+# tab, DEL, and C1 controls (0x9b alone starts an escape sequence). Lines are stored as the program wrote them.
+TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+LONE_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def neutralise_controls(text: str) -> str:
+    """The text with each terminal control written as a visible escape (ESC as `\\x1b`), tab kept, and any
+    unpaired surrogate (not text, cannot be encoded) as U+FFFD."""
+    text = TERMINAL_CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return LONE_SURROGATES.sub("\ufffd", text)
+
+
 def render_text(stream: str, rank: int | None, text: str) -> str:
-    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged."""
+    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged, and terminal
+    controls neutralised (this is the text of the download and of the plain-text API)."""
+    text = neutralise_controls(text)
     if stream == LogStream.SYSTEM:
         return f"{SERVICE_LOG_PREFIX}{text}"
     if rank is not None:

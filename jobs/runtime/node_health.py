@@ -10,7 +10,6 @@ Parsing and judging are pure (jobs.node_facts); only `probe` talks to a node and
 
 import asyncio
 import logging
-import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,31 +33,15 @@ HEALTH_CONCURRENCY = 32
 FACTS_SCRIPT = (NODE_SCRIPTS / "health-facts.sh").read_text()
 
 
-def _worker_of_workdir(workdir: str) -> tuple[int, int] | None:
-    # <work root>/<job dns name>/worker-<index>, the dns name ending in "-<job id>".
-    match = re.search(r"-(\d+)/worker-(\d+)/?$", workdir)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
-    """This node's containers of jobs that are over but still have processes (a teardown that failed).
-
-    Only the node's own workers count: nodes that share a filesystem (the local cluster) see each
-    other's work directories.
-    """
-    live = {}
-    for entry in facts.get("containers") or []:
-        worker = _worker_of_workdir(entry["workdir"])
-        if entry["processes"] and worker:
-            live[worker] = f"{entry['workdir']} ({entry['processes']} process(es))"
-    if not live:
+    """This node's containers of jobs that are over (a teardown that failed), by their unique names."""
+    seen = {entry["name"]: entry["state"] for entry in facts.get("containers") or []}
+    if not seen:
         return []
-    # A job is torn down before it reaches a final state, so a final job's processes are leftovers.
-    ended_here = set(
-        Worker.objects.filter(node_id=node_id, job_id__in={job_id for job_id, _index in live},
-                              job__status__in=FINAL_STATES).values_list("job_id", "index")
-    )
-    return [text for worker, text in live.items() if worker in ended_here]
+    # A job is torn down before it reaches a final state, so a final job's container is a leftover.
+    ended_here = set(Worker.objects.filter(node_id=node_id, container_name__in=seen, job__status__in=FINAL_STATES)
+                     .values_list("container_name", flat=True))
+    return [f"{name} ({seen[name]})" for name in sorted(ended_here)]
 
 
 # ---- Talking to nodes ----
@@ -132,8 +115,10 @@ def record(node: Node, result: Probe) -> CheckResult:
     facts: NodeFacts = result.facts or {}
     leftovers = leftover_containers(facts, node.pk)
     warnings = spec_contradictions(facts, node.spec)
-    if leftovers:
-        state, message = Node.State.NOT_READY, "processes of ended jobs are still running: " + "; ".join(leftovers)
+    if not facts.get("podman"):
+        state, message = Node.State.NOT_READY, "podman, the container runtime jobs run in, is not installed"
+    elif leftovers:
+        state, message = Node.State.NOT_READY, "containers of ended jobs are still there: " + "; ".join(leftovers)
     else:
         state, message = Node.State.READY, ""
     summary = message or ("reachable; " + "; ".join(warnings) if warnings else "reachable, matches its spec")

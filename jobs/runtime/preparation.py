@@ -1,8 +1,9 @@
 """Node preparation: one container per worker, on every node of a job at once.
 
 For each worker the console builds a small bundle (the job's home directory with its keys, its
-environment, the hostfile and tune file; the container's sshd configuration and /etc/hosts),
-uploads it with the job's code over SFTP, and runs start-container.sh on the node as root.
+environment, the hostfile and tune file, the container's sshd configuration and host key), uploads it
+with the job's code over SFTP, lays it out as the job's uid (prepare-workdir.sh), makes sure the node
+holds the engine's image, and starts the worker's container from it (jobs.runtime.containers).
 """
 
 import asyncio
@@ -16,18 +17,19 @@ from pathlib import Path
 from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
+from jobs.models import WorkerState
+from jobs.runtime.containers import CONTAINER_HOME, JOB_UID, run_argv
+from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
-CONTAINER_HOME = "/home/ma-user"
 RANK_AGENT = (NODE_SCRIPTS / "rank-agent.sh").read_text()
 
 
 @dataclass(frozen=True)
 class ContainerStarted:
     index: int
-    pid: int
-    pidns: str
+    container_id: str
 
 
 def environment_file(env: dict[str, str]) -> str:
@@ -39,7 +41,7 @@ def sshd_config(plan: JobPlan, worker: WorkerPlan) -> str:
     return "\n".join(
         [
             f"Port {plan.sshd_port}",
-            f"HostKey {worker.workdir}/etc/ssh_host_ed25519_key",
+            f"HostKey {CONTAINER_HOME}/.sshd/ssh_host_ed25519_key",
             f"AuthorizedKeysFile {CONTAINER_HOME}/.ssh/authorized_keys",
             f"AllowUsers {plan.user}",
             "PermitRootLogin no",
@@ -51,7 +53,7 @@ def sshd_config(plan: JobPlan, worker: WorkerPlan) -> str:
             "UsePAM no",
             "UseDNS no",
             "PrintMotd no",
-            f"PidFile {worker.workdir}/sshd.pid",
+            f"PidFile {CONTAINER_HOME}/.sshd/sshd.pid",
             # The console collects the job's outputs over SFTP, seeing paths as the job does.
             "Subsystem sftp internal-sftp",
             "MaxStartups 200:30:400",
@@ -89,9 +91,9 @@ def write_worker_bundle(plan: JobPlan, worker: WorkerPlan, destination: Path) ->
         _add_text(archive, "home" + HOSTFILE_PATH.removeprefix(CONTAINER_HOME), plan.hostfile)
         _add_text(archive, "home" + TUNE_FILE_PATH.removeprefix(CONTAINER_HOME), plan.tune_file)
         _add_text(archive, "home" + RANK_AGENT_PATH.removeprefix(CONTAINER_HOME), RANK_AGENT, 0o755)
-        _add_text(archive, "etc/hosts", plan.hosts_file)
-        _add_text(archive, "etc/sshd_config", sshd_config(plan, worker))
-        _add_text(archive, "etc/ssh_host_ed25519_key", plan.host_private_key, 0o600)
+        # The worker's sshd runs as the job's user, from the job's home: nothing of it is the node's.
+        _add_text(archive, "home/.sshd/sshd_config", sshd_config(plan, worker))
+        _add_text(archive, "home/.sshd/ssh_host_ed25519_key", plan.host_private_key, 0o600)
 
 
 def write_code_archive(plan: JobPlan, destination: Path) -> None:
@@ -119,40 +121,40 @@ async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, 
     try:
         return await _prepare_worker(plan, worker, code_archive, report)
     except NodeError as error:
-        await report(worker.index, "Failed", str(error))
+        await report(worker.index, WorkerState.FAILED, str(error))
         raise
 
 
 async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback) -> ContainerStarted:
     label = worker.node.label
-    await report(worker.index, "Preparing", f"preparing worker-{worker.index} on {label} ({worker.address})")
+    await report(worker.index, WorkerState.PREPARING, f"preparing worker-{worker.index} on {label} ({worker.address})")
+    if not plan.image:
+        raise NodeError("console", "choosing the image", "the job's engine version names no image")
     connection = await connect(worker.node)
     async with connection:
-        await run_checked(connection, label, "creating the work directory", ["mkdir", "-p", f"{worker.workdir}/etc"])
+        await run_checked(connection, label, "creating the work directory", ["mkdir", "-p", worker.workdir])
         with tempfile.TemporaryDirectory() as scratch:
             bundle = Path(scratch) / "bundle.tar"
             write_worker_bundle(plan, worker, bundle)
-            await report(worker.index, "Uploading", f"uploading code to worker-{worker.index}")
-            await upload(
-                connection,
-                label,
-                {
-                    str(bundle): f"{worker.workdir}/bundle.tar",
-                    str(code_archive): f"{worker.workdir}/code.tar",
-                    str(NODE_SCRIPTS / "start-container.sh"): f"{worker.workdir}/start-container.sh",
-                    str(NODE_SCRIPTS / "stop-container.sh"): f"{worker.workdir}/stop-container.sh",
-                },
-            )
-        output = await run_checked(
-            connection,
-            label,
-            "starting the container",
-            ["sh", f"{worker.workdir}/start-container.sh", worker.workdir, worker.hostname, plan.user, str(plan.preferred_uid)],
-        )
-    facts = dict(part.split("=", 1) for part in output.split() if "=" in part)
+            await report(worker.index, WorkerState.UPLOADING, f"uploading code to worker-{worker.index}")
+            await upload(connection, label, {
+                str(bundle): f"{worker.workdir}/bundle.tar",
+                str(code_archive): f"{worker.workdir}/code.tar",
+                str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",
+                str(NODE_SCRIPTS / "stop-worker.sh"): f"{worker.workdir}/stop-worker.sh",
+            })
+        await run_checked(connection, label, "laying out the job's files",
+                          ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
+
+        async def say(text: str) -> None:
+            await report(worker.index, WorkerState.PREPARING, text)
+
+        await ensure_image(connection, label, plan.image, say)
+        output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
     await _wait_for_port(worker, plan.sshd_port)
-    await report(worker.index, "Ready", f"worker-{worker.index} container {worker.hostname} is up, sshd on port {plan.sshd_port}")
-    return ContainerStarted(worker.index, int(facts["pid"]), facts["pidns"])
+    await report(worker.index, WorkerState.READY,
+                 f"worker-{worker.index} container {worker.container_name} ({worker.hostname}) is up, sshd on port {plan.sshd_port}")
+    return ContainerStarted(worker.index, output.strip()[:64])
 
 
 async def prepare_all(plan: JobPlan, report: ProgressCallback) -> list[ContainerStarted]:

@@ -49,6 +49,8 @@ def record_plan(job: TrainingJob, plan: JobPlan) -> None:
     job.sealed_ssh_key = seal_secret(plan.client_private_key)
     job.host_public_key = plan.host_public_key
     job.save(update_fields=["command_template", "command", "hostfile", "tune_file", "sealed_ssh_key", "host_public_key"])
+    for worker in plan.workers:
+        Worker.objects.filter(job=job, index=worker.index).update(container_name=worker.container_name)
 
 
 def plan_allocated_job(job: TrainingJob) -> JobPlan:

@@ -20,7 +20,7 @@ from jobs.results.rank_records import RankRecord, parse_rank_records
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
-STOP_SCRIPT = (NODE_SCRIPTS / "stop-container.sh").read_text()
+STOP_SCRIPT = (NODE_SCRIPTS / "stop-worker.sh").read_text()
 # The script's own last line; the rank records before it are the job user's words and may say anything.
 LEFT_LINE = re.compile(r"^left=(\d+)$")
 
@@ -63,7 +63,7 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
         async with connection:
             # The script goes on stdin, so teardown works even where the upload never happened.
             result = await connection.run(
-                shlex.join(["sh", "-s", "--", worker.workdir]),
+                shlex.join(["sh", "-s", "--", worker.workdir, worker.container_name]),
                 input=STOP_SCRIPT,
                 check=False,
                 timeout=settings.SSH_COMMAND_TIMEOUT,

@@ -25,7 +25,7 @@ def code_dir_from_program(name: str, program: str):
         shutil.rmtree(root)
     root.mkdir(parents=True)
     shutil.copy(PROGRAMS / program, root / program)
-    return register(name, root)
+    return register(name, root, sharing="everyone")
 
 
 def wait_for(job: TrainingJob, statuses, timeout: float = 120) -> TrainingJob:

@@ -20,7 +20,7 @@ def catalog(tmp_path):
     return {
         "engine": EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="mpi-4.1"),
         "spec": ResourceSpec.objects.create(name="cpu-2", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2),
-        "code_dir": register("mnist", code),
+        "code_dir": register("mnist", code, sharing="everyone"),
     }
 
 

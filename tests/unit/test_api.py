@@ -117,7 +117,7 @@ def test_an_archive_that_escapes_its_folder_is_refused(api, catalogue, entries, 
 
 
 def test_a_zip_over_the_size_limit_is_refused(api, catalogue, settings):
-    settings.CODE_DIR_MAX_BYTES = 10
+    settings.CODE_DIR_MAX_UNPACKED_BYTES = 10
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("big/train.py", "x" * 100)

@@ -79,7 +79,8 @@ def test_the_tune_file_carries_worker0_variables_with_the_reference_prefixes_and
     ]
 
 
-@pytest.mark.parametrize("extra", ["-np 4", "--hostfile h", "-H a,b", "-mca plm_rsh_args x", "-tune f", "-x 'unclosed"])
+@pytest.mark.parametrize("extra", ["-np 4", "--hostfile h", "-H a,b", "-mca plm_rsh_args x", "-mca plm_rsh_args x y",
+                                   "-tune f", "-x 'unclosed"])
 def test_extra_args_cannot_override_what_the_platform_sets(extra):
     with pytest.raises(CommandError) as caught:
         validate_extra_args(extra)
@@ -102,3 +103,42 @@ def test_a_boot_file_outside_the_code_directory_or_not_python_is_refused(boot_fi
 
 def test_a_boot_file_in_a_subfolder_is_fine():
     assert boot_file_path("code", "./src/main.py") == "/home/ma-user/user-job-dir/code/src/main.py"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("extra_args", "--mca x '$(touch /tmp/f)'", "x"),
+        ("extra_args", "--prefix /tmp/ompi", "--prefix"),
+        ("extra_args", "--mca orte_rsh_agent /bin/sh", "orte_rsh_agent"),
+        ("extra_args", "-x OMPI_MCA_plm_rsh_agent=/tmp/a", "OMPI_MCA_plm_rsh_agent"),
+        ("extra_args", "python /tmp/other.py", "python"),
+        ("mca_args", "-mca pml ob1 -mca btl_tcp_if_include 'eth0 $(id)'", "btl_tcp_if_include"),
+        ("x_args", "-x LD_PRELOAD=/tmp/evil.so", "LD_PRELOAD"),
+        ("bind_args", "-bind-to none -map-by slot:oversubscribe", "slot:oversubscribe"),
+    ],
+)
+def test_the_launch_checks_again_what_holds_for_everyone_on_every_option_field(field, value, named):
+    # A job keeps the defaults and the arguments it was created with; the launch does not trust them blindly.
+    with pytest.raises(CommandError) as caught:
+        build_launch_command(inputs(**{field: value}))
+    assert caught.value.field == field
+    assert named in caught.value.message
+
+
+def test_the_launch_runs_what_an_administrator_allowed_at_submission():
+    # Not on the built-in list, so only an administrator's line let it through the form; the launch,
+    # which has no list, keeps to what holds for everyone and runs it.
+    command = build_launch_command(inputs(extra_args="--display-topo --rank-by node --mca coll_hcoll_enable 1"))
+    assert command.argv[-6:-3] == ["--mca", "coll_hcoll_enable", "1"]
+
+
+def test_an_x_value_with_spaces_and_shell_words_is_one_argument():
+    command = build_launch_command(inputs(extra_args="-x " + shlex.quote(f"TRICKY={TRICKY}")))
+    assert command.argv[command.argv.index("-x", command.argv.index("plm_rsh_no_tree_spawn")) + 1] == f"TRICKY={TRICKY}"
+    assert shlex.split(command.expanded) == command.argv
+
+
+def test_a_parameter_name_ending_in_a_line_break_is_refused():
+    with pytest.raises(CommandError):
+        build_launch_command(inputs(parameters=[("lr\n", "0.1")]))

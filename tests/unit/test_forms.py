@@ -7,7 +7,7 @@ from jobs.code_dirs import register
 from jobs.command_preview import preview
 from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from jobs.launch.masking import MASK
-from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec
+from jobs.models import CodeDirectory, Engine, EngineVersion, LauncherDefaults, ResourceSpec
 from tests.fixtures import add_nodes
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ def catalog(tmp_path):
     spec = ResourceSpec.objects.create(name="cpu-2", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4)
     add_nodes(spec, 4)
     LauncherDefaults.current()
-    return {"engine": engine, "spec": spec, "code_dir": register("mnist", code)}
+    return {"engine": engine, "spec": spec, "code_dir": register("mnist", code, sharing="everyone")}
 
 
 def page_post(catalog, **overrides) -> QueryDict:
@@ -171,3 +171,100 @@ def test_the_preview_masks_a_secret_parameter(catalog):
     assert answer["ready"]
     assert "s3cr3t-v4lue" not in answer["expanded"]
     assert f"--api_token={MASK}" in answer["expanded"]
+
+
+@pytest.fixture
+def runnable(catalog):
+    """The catalog with its code directory everyone's, so a form with no user may pick it."""
+    CodeDirectory.objects.filter(pk=catalog["code_dir"].pk).update(sharing=CodeDirectory.Sharing.EVERYONE)
+    return catalog
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("OMPI_MCA_orte_base_help_aggregate", "$(touch /tmp/f)", "Open MPI's own settings"),
+        ("OMPI_MCA_plm_rsh_agent", "/tmp/agent", "Open MPI's own settings"),
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1", "Open MPI's own settings"),
+        ("OPAL_PREFIX", "/tmp/ompi", "Open MPI's own settings"),
+        ("PMIX_MCA_ptl", "tcp", "Open MPI's own settings"),
+        ("LD_PRELOAD", "/tmp/evil.so", "dynamic loader"),
+        ("LD_AUDIT", "/tmp/evil.so", "dynamic loader"),
+        ("HOME", "/tmp", "set by the platform to /home/ma-user"),
+        ("PATH", "/opt/bin", "must keep the platform's entries /usr/local/bin:/usr/bin:/bin"),
+        ("PATH", "/opt/bin:$PATH", "$PATH stays as typed"),
+        ("LD_LIBRARY_PATH", "/usr/local/cuda/lib64", "must keep the platform's entries /usr/local/lib"),
+        ("BASH_ENV", "/home/ma-user/rc", "every shell the platform starts"),
+        ("VC_TASK_INDEX", "0", "set by the platform for each worker"),
+        ("MA_HOME", "x", "reserved for the platform"),
+    ],
+)
+def test_a_reserved_variable_is_refused_saying_why(runnable, name, value, said):
+    form = TrainingJobForm(page_data(page_post(runnable, env_name=[name], env_value=[value])))
+
+    assert not form.is_valid()
+    assert len(form.errors["env"]) == 1
+    assert form.errors["env"][0].startswith(f"{name}: ") and said in form.errors["env"][0], form.errors["env"]
+
+
+def test_path_and_ld_library_path_may_add_entries_that_keep_the_platforms(runnable):
+    form = TrainingJobForm(page_data(page_post(
+        runnable, env_name=["PATH", "LD_LIBRARY_PATH"],
+        env_value=["/home/ma-user/bin:/usr/local/bin:/usr/bin:/bin", "/usr/local/cuda/lib64:/usr/local/lib"])))
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["env"]["PATH"] == "/home/ma-user/bin:/usr/local/bin:/usr/bin:/bin"
+
+
+def test_every_bad_variable_row_is_reported_not_only_the_first(runnable):
+    form = TrainingJobForm(page_data(page_post(
+        runnable, env_name=["GOOD", "OMPI_MCA_x", "1BAD", "LD_PRELOAD", "A", "A", "LINES"],
+        env_value=["ok", "$(id)", "v", "/x.so", "1", "2", "a\nb"])))
+
+    assert not form.is_valid()
+    messages = form.errors["env"]
+    assert [message.split(":")[0].split(" ")[0] for message in messages] == [
+        "Variable", "OMPI_MCA_x", "'1BAD'", "LD_PRELOAD", "The"], messages
+    assert messages[0] == "Variable A is given twice."
+
+
+def test_the_api_shape_reports_every_bad_variable_too(runnable):
+    form = TrainingJobForm({"name": "api-job", "engine": "mpi-4.1", "code_dir": "mnist", "boot_file": "train.py",
+                            "spec": "cpu-2", "node_count": 1, "env": {"HOME": "/tmp", "OK": "1", "OPAL_PREFIX": "/x"}})
+
+    assert not form.is_valid()
+    assert [message.split(":")[0] for message in form.errors["env"]] == ["HOME", "OPAL_PREFIX"]
+
+
+def test_extra_args_outside_the_allow_list_are_a_field_error_naming_the_option(runnable):
+    form = TrainingJobForm(page_data(page_post(runnable, extra_args="--report-bindings --mca orte_rsh_agent /bin/sh")))
+
+    assert not form.is_valid()
+    assert list(form.errors) == ["extra_args"]
+    assert "orte_rsh_agent" in form.errors["extra_args"][0]
+
+
+def test_extra_args_are_checked_against_the_administrators_list_of_now(runnable):
+    post = page_post(runnable, extra_args="--display-topo --mca coll_hcoll_enable 1")
+    assert "--display-topo" in TrainingJobForm(page_data(post)).errors["extra_args"][0]
+
+    LauncherDefaults.objects.filter(pk=1).update(extra_options_allowed="--display-topo\n--mca coll_hcoll_enable [01]\n")
+    form = TrainingJobForm(page_data(post))
+
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["extra_args"] == "--display-topo --mca coll_hcoll_enable 1"
+    assert preview(form)["expanded"].count("--display-topo") == 1
+
+
+def test_an_unreadable_stored_list_leaves_the_built_in_one(runnable):
+    LauncherDefaults.objects.filter(pk=1).update(extra_options_allowed="--rank-by (slot")
+
+    assert TrainingJobForm(page_data(page_post(runnable, extra_args="--report-bindings"))).is_valid()
+    assert "extra_args" in TrainingJobForm(page_data(page_post(runnable, extra_args="--rank-by slot"))).errors
+
+
+def test_a_variable_name_ending_in_a_line_break_is_refused(runnable):
+    form = TrainingJobForm({"name": "api-job", "engine": "mpi-4.1", "code_dir": "mnist", "boot_file": "train.py",
+                            "spec": "cpu-2", "node_count": 1, "env": {"GOOD\n": "1"}})
+
+    assert form.errors["env"] == ["'GOOD\\n' is not a valid variable name."]

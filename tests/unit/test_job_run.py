@@ -64,7 +64,7 @@ class FakeNodes:
                 await report(worker.index, WorkerState.READY, f"worker-{worker.index} container is up")
         if error:
             raise error
-        return [ContainerStarted(worker.index, 1000 + worker.index, "pid:[1]") for worker in plan.workers]
+        return [ContainerStarted(worker.index, f"container-{worker.index}") for worker in plan.workers]
 
     async def launch(self, plan, sink):
         self.launches += 1

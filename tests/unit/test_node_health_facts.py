@@ -31,8 +31,13 @@ Tesla V100-SXM2-32GB, 32510
 mpirun (Open MPI) 4.1.4
 @@ python
 Python 3.7.13
+@@ podman
+podman version 4.3.1
+@@ images
+localhost/training-console/mpi:openmpi_4.1-r0123
+<none>:<none>
 @@ containers
-/var/lib/training-console/jobs/train-12/worker-0 3
+tc-12-w0-5f3a9c1e running
 """
 
 V100_IB = ResourceSpec(name="v100", gpu_count=8, gpu_model="NVIDIA-V100", cpu_cores=72, memory_gb=512,
@@ -49,7 +54,8 @@ def test_a_gpu_node_with_infiniband_is_read_fact_by_fact():
     assert facts["rdma"][0] == {"device": "mlx5_0", "port": "1", "link_layer": "InfiniBand", "state": "ACTIVE"}
     assert facts["gpus"] == [{"model": "Tesla V100-SXM2-32GB", "memory_mib": 32510}] * 2
     assert (facts["openmpi"], facts["python"]) == ("4.1.4", "3.7.13")
-    assert facts["containers"] == [{"workdir": "/var/lib/training-console/jobs/train-12/worker-0", "processes": 3}]
+    assert facts["containers"] == [{"name": "tc-12-w0-5f3a9c1e", "state": "running"}]
+    assert (facts["podman"], facts["images"]) == ("4.3.1", ["localhost/training-console/mpi:openmpi_4.1-r0123"])
 
 
 def test_fewer_gpus_than_the_spec_promises_are_flagged_but_a_matching_model_is_not():
@@ -87,15 +93,21 @@ def test_the_wrong_gpu_model_less_memory_and_fewer_cores_are_each_flagged():
     ]
 
 
-def test_a_node_without_nvidia_smi_mpirun_or_python_is_flagged_on_a_gpu_flavor():
+def test_a_node_without_nvidia_smi_is_flagged_on_a_gpu_flavor_while_mpi_and_python_come_with_the_image():
     bare = ("@@ cpu\n72\n@@ memory\nMemTotal: 527988736 kB\n@@ interfaces\nlo\neth0\n"
             "@@ rdma\nmlx5_0 1 InfiniBand 4: ACTIVE\n"
-            "@@ gpus\n!absent\n@@ openmpi\n!absent\n@@ python\n!absent\n@@ containers\n")
+            "@@ gpus\n!absent\n@@ openmpi\n!absent\n@@ python\n!absent\n@@ podman\n!absent\n@@ containers\n")
 
-    problems = spec_contradictions(parse_facts(bare, IFNAMES), V100_IB)
+    facts = parse_facts(bare, IFNAMES)
 
-    assert problems == ["0 GPU(s) found, the spec promises 8", "Open MPI (mpirun) is not installed",
-                        "python3 is not installed"]
+    assert spec_contradictions(facts, V100_IB) == ["0 GPU(s) found, the spec promises 8"]
+    assert facts["podman"] is None, "the health check makes such a node NotReady (no container runtime)"
+
+
+def test_gpus_without_a_cdi_spec_are_flagged_as_out_of_the_containers_reach():
+    facts = parse_facts(GPU_IB_NODE + "@@ cdi\nno\n", IFNAMES)
+    assert "no CDI spec for the GPUs (run nvidia-ctk cdi generate): containers cannot get them" in \
+        spec_contradictions(facts, V100_IB)
 
 
 def test_a_failing_nvidia_smi_is_reported_in_its_own_words():
@@ -140,7 +152,7 @@ def test_the_summary_line_names_gpus_cores_memory_interfaces_and_versions():
     summary = facts_summary(parse_facts(GPU_IB_NODE, IFNAMES))
 
     assert summary == ("2 × Tesla V100-SXM2-32GB (31 GB) · 72 cores · 503.5 GB · bond0,eth0,ib0 · "
-                       "mlx5_0/1 InfiniBand, mlx5_1/1 InfiniBand · Open MPI 4.1.4 · Python 3.7.13")
+                       "mlx5_0/1 InfiniBand, mlx5_1/1 InfiniBand · Podman 4.3.1, 1 image(s)")
 
 
 def test_the_facts_script_runs_under_sh_and_reads_this_machine(tmp_path):

@@ -13,11 +13,17 @@ from django.core.management.base import BaseCommand
 from console import services
 
 
+def local_address(host: str) -> str:
+    """Where this machine reaches a server listening on `host`."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
 class Command(BaseCommand):
     help = "Migrate, seed, bring up the local cluster, Redis (if none answers), a Celery worker and the web server."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default="0.0.0.0")
+        # 127.0.0.1 unless told otherwise (CONSOLE_BIND or --host): the local defaults are for this machine only.
+        parser.add_argument("--host", default=settings.CONSOLE_BIND, help="listen address (default: CONSOLE_BIND, 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--nodes", type=int, default=2)
         parser.add_argument("--slots", type=int, default=2)
@@ -59,8 +65,9 @@ class Command(BaseCommand):
                     cwd=settings.BASE_DIR,
                 )
             )
-            services.wait_for_port("127.0.0.1", port, 30, started[-1])
-            shown = "localhost" if host in ("0.0.0.0", "::") else host
+            services.wait_for_port(local_address(host), port, 30, started[-1])
+            shown = "localhost" if host in ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost") else host
+            shown = f"[{shown}]" if ":" in shown else shown
             self.stdout.write(self.style.SUCCESS(f"The console is up at http://{shown}:{port}/  (Ctrl-C stops it)"))
             self.stdout.write(f"logs: {logs}")
             while not stopping:

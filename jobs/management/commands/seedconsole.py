@@ -6,9 +6,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from jobs.code_dirs import register_examples
+from jobs.images.recipes import MPI
 from jobs.models import Engine, EngineVersion, LauncherDefaults
-
-LOCAL_MPI_VERSION = "openmpi_4.1-mpi4py-numpy-py_3.11-debian_12-x86_64"
 
 
 class Command(BaseCommand):
@@ -28,9 +27,10 @@ class Command(BaseCommand):
             self.stdout.write(f"admin account {admin!r} exists (password unchanged)")
         for name in ("Horovod", "MPI", "MindSpore-GPU"):
             Engine.objects.get_or_create(name=name)
-        # Debian's python3 with mpi4py and numpy, the interpreter the local cluster's nodes have.
-        EngineVersion.objects.get_or_create(
-            engine=Engine.objects.get(name="MPI"), version=LOCAL_MPI_VERSION, defaults={"python": "/usr/bin/python3"}
+        # The shipped MPI image (make run builds it): each worker is a container of it, "python" its own.
+        EngineVersion.objects.update_or_create(
+            engine=Engine.objects.get(name="MPI"), version=MPI.version,
+            defaults={"image": MPI.reference, "python": MPI.python},
         )
         LauncherDefaults.current()
         names = [code_dir.name for code_dir in register_examples()]

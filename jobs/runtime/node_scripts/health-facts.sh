@@ -1,7 +1,8 @@
 #!/bin/sh
 # What a node has, for the console's health check: one "@@ section" header per fact, then the fact;
 # "!absent" when a tool is not installed. $1 is the root of the job work directories, where an ended
-# job's container must not linger. Read by jobs.node_facts.parse_facts.
+# job's container must not linger. Read by jobs.node_facts.parse_facts. Always exits 0: a missing tool is
+# a fact, not a failed check.
 echo "@@ cpu"; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc
 echo "@@ memory"; grep '^MemTotal:' /proc/meminfo
 echo "@@ interfaces"; ls /sys/class/net
@@ -21,12 +22,14 @@ echo "@@ openmpi"
 if command -v mpirun >/dev/null 2>&1; then mpirun --version 2>&1 | head -n 1; else echo "!absent"; fi
 echo "@@ python"
 if command -v python3 >/dev/null 2>&1; then python3 --version 2>&1; else echo "!absent"; fi
+echo "@@ podman"
+if command -v podman >/dev/null 2>&1; then podman --version 2>&1 | head -n 1; else echo "!absent"; fi
+echo "@@ images"
+command -v podman >/dev/null 2>&1 && timeout 20 podman images --noheading --format '{{.Repository}}:{{.Tag}}' 2>/dev/null
+echo "@@ cdi"
+if [ -f /etc/cdi/nvidia.yaml ] || [ -f /var/run/cdi/nvidia.yaml ] || [ -f /etc/cdi/nvidia.json ]; then echo yes; else echo no; fi
 echo "@@ containers"
-for marker in "$1"/*/worker-*/container.pidns; do
-    [ -f "$marker" ] || continue
-    pidns=$(cat "$marker"); count=0
-    for proc in /proc/[0-9]*; do
-        [ "$(readlink "$proc/ns/pid" 2>/dev/null)" = "$pidns" ] && count=$((count + 1))
-    done
-    echo "${marker%/container.pidns} $count"
-done
+# Job containers by their unique names; an ended job's that is still here is a teardown that failed.
+command -v podman >/dev/null 2>&1 && timeout 20 podman ps --all --noheading \
+    --filter label=training-console.job --format '{{.Names}} {{.State}}' 2>/dev/null
+exit 0

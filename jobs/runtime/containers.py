@@ -1,0 +1,57 @@
+"""The container runtime on a node: Podman, driven over SSH as the node's root, with its argv built here.
+
+Docker's CLI has the same shape, so this is the one module to change for it; Podman (daemonless,
+rootful, Debian's package) is the runtime that is tested. A worker's container:
+- shares the node's network (`--network host`: InfiniBand and RoCE reach the ranks as on the reference),
+  with its own hostname, the job's host names (`--add-host`) and its own PID, mount, IPC and UTS spaces,
+  so it sees nothing of the host's or another job's processes, files or /proc;
+- has the spec's CPUs, memory and shared memory (`--cpus`, `--memory`, `--shm-size`), and the node's
+  GPUs through their CDI names when the spec has GPUs;
+- runs everything as ma-user (uid 1000), capabilities all dropped, no new privileges, its one bind mount
+  (the job's home) `nosuid,nodev`; its first process is an sshd of ma-user's on the job's port, which
+  accepts only the job's key.
+All processes of a job run as uid 1000 on the host; isolation comes from the namespaces, not from
+distinct uids (a user namespace per job is the next step, see README).
+"""
+
+import shlex
+
+from jobs.launch.plan import JobPlan, WorkerPlan
+
+CONTAINER_HOME = "/home/ma-user"
+JOB_UID = 1000
+LABEL = "training-console.job"
+SSHD_CONFIG = f"{CONTAINER_HOME}/.sshd/sshd_config"
+
+
+def run_argv(plan: JobPlan, worker: WorkerPlan, gpu_devices: list[str] | None = None) -> list[str]:
+    limits = plan.limits
+    argv = ["podman", "run", "--detach", "--name", worker.container_name,
+            "--label", f"{LABEL}={plan.job_id}", "--label", f"training-console.worker={worker.index}",
+            "--network", "host", "--hostname", worker.hostname]
+    for index, other in enumerate(plan.workers):
+        argv += ["--add-host", f"{other.hostname}.{plan.job_dns}:{other.address}",
+                 "--add-host", f"{other.hostname}:{other.address}"]
+        del index
+    argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
+             "--shm-size", str(limits.shm_bytes), "--pids-limit", "32768",
+             "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+             "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
+             "--workdir", CONTAINER_HOME]
+    for device in gpu_devices or []:
+        argv += ["--device", device]
+    argv += [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]
+    return argv
+
+
+def run_command(plan: JobPlan, worker: WorkerPlan, gpu_devices: list[str] | None = None) -> str:
+    return shlex.join(run_argv(plan, worker, gpu_devices))
+
+
+def gpu_devices_for(limits_gpus: int, node_gpu_count: int, cdi_available: bool) -> list[str]:
+    """The CDI devices a worker gets: all the node's GPUs when the spec asks for them all, else the first N."""
+    if not limits_gpus or not cdi_available or not node_gpu_count:
+        return []
+    if limits_gpus >= node_gpu_count:
+        return ["nvidia.com/gpu=all"]
+    return [f"nvidia.com/gpu={index}" for index in range(limits_gpus)]

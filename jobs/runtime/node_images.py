@@ -1,0 +1,55 @@
+"""Engine images on nodes: a node that lacks a job's image gets it from the console over SFTP (real GPU
+sites are often air-gapped), or pulls it when the console holds no archive of it (a registry image)."""
+
+import shlex
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncssh
+from django.conf import settings
+
+from jobs.images.recipes import archive_name_of
+from jobs.runtime.ssh import NodeError, run_checked
+
+# Where a node keeps an image archive while it loads it.
+NODE_IMAGE_CACHE = "/var/lib/training-console/image-cache"
+
+Say = Callable[[str], Awaitable[None]]
+
+
+def console_archive(reference: str) -> Path | None:
+    archive = Path(settings.IMAGES_DIR) / archive_name_of(reference)
+    return archive if archive.is_file() else None
+
+
+async def has_image(connection: asyncssh.SSHClientConnection, reference: str) -> bool:
+    result = await connection.run(shlex.join(["podman", "image", "exists", reference]), check=False,
+                                  timeout=settings.SSH_COMMAND_TIMEOUT)
+    return result.exit_status == 0
+
+
+async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, reference: str, say: Say) -> None:
+    """Make sure the node holds `reference`: copy and load the console's archive, or pull it."""
+    if await has_image(connection, reference):
+        return
+    archive = console_archive(reference)
+    if archive is None:
+        await say(f"{label} has no {reference}: pulling it")
+        await run_checked(connection, label, f"pulling {reference}", ["podman", "pull", "--quiet", reference],
+                          timeout=1800)
+        return
+    size_mib = archive.stat().st_size / 2**20
+    await say(f"{label} has no {reference}: copying it from the console ({size_mib:.0f} MiB)")
+    remote = f"{NODE_IMAGE_CACHE}/{archive.name}.{id(connection)}"
+    await run_checked(connection, label, "making the image cache", ["mkdir", "-p", NODE_IMAGE_CACHE])
+    try:
+        async with connection.start_sftp_client() as sftp:
+            await sftp.put(str(archive), remote)
+    except (OSError, asyncssh.Error) as error:
+        raise NodeError(label, f"copying {reference}", str(error)) from error
+    await say(f"{label}: loading {reference}")
+    try:
+        await run_checked(connection, label, f"loading {reference}", ["podman", "load", "--quiet", "--input", remote],
+                          timeout=1800)
+    finally:
+        await connection.run(shlex.join(["rm", "-f", remote]), check=False)

@@ -1,0 +1,52 @@
+#!/bin/sh
+# Ends one worker's container and removes its files. Prints how each rank of the worker ended
+# ("rank-record ..." lines, from the fork agent's records) and, last, what is left ("left=N": the
+# container, its processes, its mounts; ideally 0).
+# Usage: stop-worker.sh WORKDIR CONTAINER_NAME
+set -u
+workdir=$1 name=$2
+
+if podman container exists "$name" 2>/dev/null; then
+    # The ranks first, with a moment to exit on SIGTERM and their agents to record it: kill -1 from
+    # inside reaches every process of the container but its first (the sshd), which goes with the
+    # container after. The container is known by its unique name, never by a kernel number.
+    podman exec "$name" sh -c 'kill -TERM -1' >/dev/null 2>&1
+    tries=0
+    while [ "$tries" -lt 20 ]; do
+        count=$(podman exec "$name" sh -c 'ls -d /proc/[0-9]* | wc -l' 2>/dev/null || echo 0)
+        # Its first process, the shell counting, and ls itself.
+        [ "$count" -le 3 ] && break
+        tries=$((tries + 1))
+        sleep 0.1
+    done
+    podman rm --force --time 2 "$name" >/dev/null 2>&1
+fi
+
+# The records are written by the job's user, so they are read as that user (a planted link then reads
+# nothing it could not read itself), and only rank-numbered files, cut to a few known characters.
+print_rank_records() {
+    [ -d "$workdir/home/.mpi/ranks" ] && command -v setpriv >/dev/null || return 0
+    owner=$(stat -c '%u:%g' "$workdir/home") || return 0
+    [ "${owner%:*}" != 0 ] || return 0
+    # The inner script expands its variables as the job's user, not here.
+    # shellcheck disable=SC2016
+    setpriv --reuid="${owner%:*}" --regid="${owner#*:}" --clear-groups -- sh -c '
+        for record in "$1"/*; do
+            rank=${record##*/}
+            case "$rank" in ""|*[!0-9]*) continue ;; esac
+            [ -f "$record" ] || continue
+            ended=$(date -r "$record" +%s.%N 2>/dev/null)
+            fields=$(head -c 200 "$record" | tr -c "a-zA-Z0-9=" " ")
+            echo "rank-record rank=$rank ended=$ended $fields"
+        done' sh "$workdir/home/.mpi/ranks" 2>/dev/null
+}
+print_rank_records
+
+left=0
+podman container exists "$name" 2>/dev/null && left=$((left + 1))
+mounts=$(grep -c " $workdir" /proc/self/mountinfo 2>/dev/null || true)
+left=$((left + ${mounts:-0}))
+if [ "$left" -eq 0 ]; then
+    rm -rf "$workdir"
+fi
+echo "left=$left"
