@@ -2,13 +2,15 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-# What the console and its local cluster need from Debian: Redis, Open MPI, OpenSSH, namespaces and
-# bridges (iproute2, util-linux), the nodes' Python with mpi4py and numpy, gettext for the
-# translations, Chromium for the browser tests, PostgreSQL client headers are not needed (psycopg[binary]).
+# What the console and its local cluster need from Debian: Redis, OpenSSH, namespaces and bridges
+# (iproute2, util-linux), Podman with runc (Debian's crun refuses this kernel's hybrid cgroups) for the
+# workers' containers, debootstrap to build the engine images, Open MPI and mpi4py for the bare-mpirun
+# benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
-	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck
+	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
+	podman runc debootstrap
 
-.PHONY: run test unit-test system-packages venv messages check clean
+.PHONY: run test unit-test system-packages venv messages check images clean
 
 system-packages:
 	@missing=$$(for package in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q 'ok installed' || echo $$package; done); \
@@ -28,7 +30,11 @@ venv: system-packages $(VENV)/.installed
 messages: venv
 	@$(PY) manage.py compilemessages --ignore=$(VENV) -v 0
 
-run: venv messages
+# The shipped engine images, built once per machine (about 1.5 min) and cached by their recipe's hash.
+images: venv
+	$(PY) manage.py buildimages
+
+run: venv messages images
 	$(PY) manage.py runconsole
 
 # The guard rails: Django's checks, no missing migration, lint, types (mypy.ini keeps today's baseline),
@@ -49,7 +55,7 @@ PG_TESTS := tests/unit tests/integration/test_pipeline.py tests/integration/test
 
 # The browser tests run in a pytest of their own: Playwright's sync API keeps an event loop running
 # in the test thread, and the SSH code the other tests drive starts its own with asyncio.run().
-test: venv messages check
+test: venv messages check images
 	$(PY) -m pytest tests/unit tests/integration
 	$(PY) -m pytest tests/browser
 	@if [ -n "$$POSTGRES_TEST_URL" ]; then \

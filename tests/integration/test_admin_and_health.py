@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -126,7 +127,7 @@ def test_a_node_the_operator_adds_is_checked_over_ssh_and_is_ready_with_what_it_
     assert key_body not in node.sealed_private_key
     assert key_body not in admin_client.get(f"/admin/jobs/node/{node.pk}/change/").content.decode()
     listing = admin_client.get(NODE_CHANGELIST).content.decode()
-    assert f"Open MPI {facts['openmpi']}" in listing and ">Ready<" in listing
+    assert facts["podman"] and f"Podman {facts['podman']}" in listing and ">Ready<" in listing
 
 
 def test_the_operator_edits_a_node_without_retyping_its_key_and_the_saved_key_is_kept(
@@ -220,55 +221,46 @@ def test_the_periodic_check_brings_back_a_node_that_answers_again_and_skips_disa
     assert entry["task"] == "jobs.tasks.check_nodes" and entry["task"] in celery_app.tasks
 
 
-class NamespacedProcess:
-    """A process alone in a PID namespace, as a job container's processes are."""
-
-    def __init__(self):
-        self.launcher = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "300"])
-        deadline = time.monotonic() + 10
-        while not (children := subprocess.run(["pgrep", "-P", str(self.launcher.pid)], capture_output=True,
-                                              text=True).stdout.split()):
-            assert time.monotonic() < deadline, "the namespaced process did not start"
-            time.sleep(0.05)
-        self.pid = int(children[0])
-        self.pidns = os.readlink(f"/proc/{self.pid}/ns/pid")
-
-    def end(self) -> None:
-        self.launcher.kill()
-        self.launcher.wait()
-        deadline = time.monotonic() + 10
-        while os.path.exists(f"/proc/{self.pid}"):
-            assert time.monotonic() < deadline, "the namespaced process did not end"
-            time.sleep(0.05)
+def on_node(local, command: str) -> str:
+    """Run a command as root on a local node, over its SSH, as the console would."""
+    return subprocess.run(["ssh", "-i", str(local.private_key_path), "-o", "StrictHostKeyChecking=no",
+                           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                           f"root@{local.address}", command], capture_output=True, text=True, check=True).stdout
 
 
-@pytest.fixture
-def process_in_own_pid_namespace():
-    process = NamespacedProcess()
-    yield process
-    process.end()
+def tiny_image_on(local, tmp_path) -> str:
+    """An image of just /bin/sleep and its libraries, imported into the node's own store."""
+    tree = tmp_path / "tiny"
+    for source in ("/bin/sleep", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+        target = tree / source.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    archive = tmp_path / "tiny.tar"
+    subprocess.run(["tar", "-C", str(tree), "-cf", str(archive), "."], check=True)
+    on_node(local, f"podman import --quiet {archive} localhost/tiny:1")
+    return "localhost/tiny:1"
 
 
-def test_a_node_with_processes_of_an_ended_job_left_stays_not_ready_until_they_are_gone(
-        health_cluster, local_cpu, make_job, process_in_own_pid_namespace, tmp_path, settings):
-    settings.NODE_WORK_ROOT = str(tmp_path)
-    leftover = process_in_own_pid_namespace
-    hosting, neighbour = (register(local, local_cpu) for local in health_cluster["nodes"])
+def test_a_node_holding_an_ended_jobs_container_stays_not_ready_until_it_is_gone(
+        health_cluster, local_cpu, make_job, tmp_path):
+    hosting_local, neighbour_local = health_cluster["nodes"][:2]
+    hosting, neighbour = (register(local, local_cpu) for local in (hosting_local, neighbour_local))
     ended = make_job("ended", status=JobStatus.FAILED)
-    ended.workers.create(index=0, node=hosting, node_name=hosting.name, address=hosting.address, hostname="w0")
-    container = tmp_path / ended.dns_name / "worker-0"
-    container.mkdir(parents=True)
-    (container / "container.pidns").write_text(leftover.pidns + "\n")
+    name = f"tc-{ended.pk}-w0-leftover"
+    ended.workers.create(index=0, node=hosting, node_name=hosting.name, address=hosting.address, hostname="w0",
+                         container_name=name)
+    image = tiny_image_on(hosting_local, tmp_path)
+    on_node(hosting_local, f"podman run --detach --name {name} --label training-console.job={ended.pk} {image} /bin/sleep 300")
+    try:
+        check_nodes([hosting, neighbour])
 
-    check_nodes([hosting, neighbour])
-
-    hosting.refresh_from_db()
-    neighbour.refresh_from_db()
-    assert hosting.display_state == "NotReady"
-    assert hosting.state_message == f"processes of ended jobs are still running: {container} (1 process(es))"
-    assert neighbour.display_state == "Ready", "the work directories are shared here, the leftover is not its own"
-
-    leftover.end()
+        hosting.refresh_from_db()
+        neighbour.refresh_from_db()
+        assert hosting.display_state == "NotReady"
+        assert hosting.state_message.startswith(f"containers of ended jobs are still there: {name} (")
+        assert neighbour.display_state == "Ready", "each node has its own containers: the leftover is not its"
+    finally:
+        on_node(hosting_local, f"podman rm --force --time 0 {name}")
     check_nodes([hosting])
     hosting.refresh_from_db()
     assert hosting.display_state == "Ready"
@@ -425,6 +417,9 @@ def test_launcher_defaults_changed_by_the_operator_apply_to_new_jobs_only(admin_
     assert "The range ends before it starts." in reversed_range.content.decode()
 
     code_dir_from_program("defaults-probe", "probe.py")
+    # One node out of service: the jobs are not refused as never runnable, and no dispatcher starts them.
+    Node.objects.create(name="parked", address="10.0.0.99", spec=ResourceSpec.objects.get(name="nowhere"),
+                        state=Node.State.NOT_READY, state_message="out of service for the test")
     job_form = {"name": "before", "engine": "v1", "code_dir": "defaults-probe", "boot_file": "probe.py",
                 "spec": "nowhere", "node_count": 1}
     before = submit_job(_valid(TrainingJobForm(job_form)), owner)

@@ -2,6 +2,7 @@
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -120,9 +121,10 @@ def test_a_running_job_is_not_deleted_and_a_finished_one_is(catalog, owner):
     assert not TrainingJob.objects.filter(pk=finished.pk).exists()
 
 
-def test_staff_see_everyones_jobs_and_can_stop_them(catalog, owner):
+def test_staff_given_the_permissions_see_everyones_jobs_and_can_stop_them(catalog, owner):
     job = make_job(catalog, owner, status=JobStatus.PENDING)
     admin = make_user("admin", is_staff=True)
+    admin.user_permissions.add(*Permission.objects.filter(codename__in=["view_trainingjob", "change_trainingjob"]))
     pages = browser_of(admin)
 
     assert "owners-job" in pages.get("/").content.decode()

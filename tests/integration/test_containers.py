@@ -1,0 +1,125 @@
+"""Workers are Podman containers from the engine's image, on the local cluster: the image's python, the
+job's processes alone in their container, nothing of the host in reach, the spec's memory enforced, and
+nothing of the job left on any node afterwards."""
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from django.conf import settings
+
+from jobs.images.recipes import MPI
+from jobs.models import JobStatus, Node, ResourceSpec, TrainingJob
+from tests.integration.helpers import _node_run, code_dir_from_program, rank_lines, wait_for
+
+RANKS = 4  # 2 nodes x 2 slots
+# What runs in a worker's container: its sshd (and the sessions it forks), orted, mpirun on worker-0,
+# the rank agents and the ranks; nothing of the node's or another job's.
+JOB_PROCESSES = ("sshd", "/usr/sbin/sshd", "orted", "/usr/bin/orted", "mpirun", "/usr/bin/mpirun", "sh ",
+                 "/bin/sh ", "python", "/usr/local/bin/python", "/usr/bin/python", "bash ", "/bin/bash ")
+
+
+def submit(api, **fields) -> TrainingJob:
+    body = {"name": "isolation", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 2,
+            "code_dir": "isolation", "boot_file": "isolation.py", **fields}
+    response = api.post("/api/v1/training-jobs", body, format="json")
+    assert response.status_code == 201, response.content
+    return TrainingJob.objects.get(pk=response.json()["id"])
+
+
+def reports(job: TrainingJob) -> list[dict]:
+    return sorted((json.loads(line.text.removeprefix("ISOLATION ")) for line in rank_lines(job)
+                   if line.text.startswith("ISOLATION ")), key=lambda report: report["rank"])
+
+
+def on_node(local_node, command: str) -> str:
+    return asyncio.run(_node_run(local_node, command))
+
+
+def isolation_code_dir() -> None:
+    code_dir = code_dir_from_program("isolation", "isolation.py")
+    # A setuid-root program in the uploaded code: in the container it must run with the job's rights only.
+    planted = Path(code_dir.path) / "id-setuid"
+    shutil.copy("/usr/bin/id", planted)
+    os.chown(planted, 0, 0)
+    planted.chmod(0o4755)
+    assert planted.stat().st_mode & stat.S_ISUID
+
+
+def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host(api, console):
+    isolation_code_dir()
+    database = str(settings.DATABASES["default"]["NAME"])
+    secret_key = str(Path(settings.VAR_DIR) / "secret_key")
+    job = submit(api, parameters=[{"name": "try_read", "value": f"{database},{secret_key},/etc/shadow"}])
+
+    wait_for(job, [JobStatus.COMPLETED])
+    found = reports(job)
+    assert [report["rank"] for report in found] == list(range(RANKS))
+    assert {report["host"] for report in found} == {f"{job.dns_name}-worker-0", f"{job.dns_name}-worker-1"}
+    assert {report["python"] for report in found} == {"/usr/local/bin/python"}, "the image's python, not the node's"
+    assert {report["allreduce"] for report in found} == {sum(range(1, RANKS + 1))}
+    assert {report["uid"] for report in found} == {1000}
+    assert {report["setuid_uid"] for report in found} == {"1000"}, "a setuid binary gains nothing"
+    for report in found:
+        assert report["reads"] == {database: False, secret_key: False, "/etc/shadow": False}, report
+        # Only the job's own processes: the worker's sshd, orted, the rank agents and ranks, the probe's ls.
+        assert not [line for line in report["processes"] if "celery" in line or "uvicorn" in line or "pytest" in line]
+        foreign = [line for line in report["processes"] if line and not line.startswith(JOB_PROCESSES)]
+        assert foreign == [], f"rank {report['rank']} sees processes that are not its job's: {foreign}"
+        assert any(line.startswith(("sshd", "/usr/sbin/sshd")) for line in report["processes"])
+    job.refresh_from_db()
+    assert MPI.reference == job.engine_version.image
+
+
+def test_a_job_cannot_collect_the_consoles_files_as_its_outputs(api, console):
+    isolation_code_dir()
+    job = submit(api, train_url=str(settings.VAR_DIR))
+
+    wait_for(job, [JobStatus.COMPLETED])
+    job.refresh_from_db()
+    assert job.outputs_summary["state"] == "missing", job.outputs_summary
+    assert job.output_files.count() == 0
+
+
+def test_a_rank_past_the_specs_memory_is_killed_and_the_card_says_out_of_memory(api, console):
+    isolation_code_dir()
+    small = ResourceSpec.objects.create(name="local-1g", cpu_cores=2, memory_gb=1, cpu_slots_per_node=2)
+    Node.objects.update(spec=small)
+    job = submit(api, spec="local-1g", parameters=[{"name": "allocate_mb", "value": "1600"}])
+
+    wait_for(job, [JobStatus.FAILED])
+    job.refresh_from_db()
+    assert job.exit_code == 137 or job.failure["signal"] == 9, job.failure
+    assert job.failure["kind"] == "oom" and job.failure["rank"] == 0, job.failure
+
+
+def test_teardown_leaves_no_container_process_or_mount_of_the_job_on_any_node(api, console):
+    isolation_code_dir()
+    job = submit(api)
+    wait_for(job, [JobStatus.COMPLETED])
+    names = list(job.workers.values_list("container_name", flat=True))
+    assert all(name.startswith(f"tc-{job.pk}-w") for name in names)
+    for node in console["cluster"]:
+        containers = on_node(node, f"podman ps --all --quiet --filter label=training-console.job={job.pk}")
+        assert containers.strip() == "", f"{node.name} still has a container of the job"
+        mounts = on_node(node, f"grep -c {job.dns_name} /proc/self/mountinfo || true")
+        assert mounts.strip() == "0", f"{node.name} still has a mount of the job"
+        assert not Path(settings.NODE_WORK_ROOT, job.dns_name).exists() or not any(
+            Path(settings.NODE_WORK_ROOT, job.dns_name).iterdir())
+
+
+def test_a_node_without_the_image_gets_it_from_the_console_and_the_job_runs(api, console):
+    isolation_code_dir()
+    for node in console["cluster"]:
+        on_node(node, f"podman rmi --force {MPI.reference} >/dev/null 2>&1 || true")
+        assert on_node(node, f"podman image exists {MPI.reference} && echo yes || echo no").strip() == "no"
+    job = submit(api)
+
+    wait_for(job, [JobStatus.COMPLETED])
+    service = "\n".join(job.log_lines.filter(stream="system").values_list("text", flat=True))
+    assert "copying it from the console" in service
+    for node in console["cluster"]:
+        assert on_node(node, f"podman image exists {MPI.reference} && echo yes || echo no").strip() == "yes"
