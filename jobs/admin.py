@@ -14,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from jobs import node_facts, tasks
-from jobs.launch.command_builder import ENV_NAME_RE
+from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
 
 from .allocation import waiting_reason
@@ -301,6 +301,10 @@ class EngineVersionForm(forms.ModelForm):
                 raise forms.ValidationError(_("%(name)r is not a valid variable name."), params={"name": name})
             if not isinstance(value, (str, int, float)):
                 raise forms.ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
+            # An MCA parameter reaches the remote orted's command line unquoted: the same rule as for users.
+            if name.startswith("OMPI_MCA_") and not SAFE_VALUE_RE.match(str(value)):
+                raise forms.ValidationError(_("The value of %(name)s may hold only letters, digits and _ . , : / = + @ %% ^ -."),
+                                            params={"name": name})
         return {name: str(value) for name, value in env.items()}
 
 

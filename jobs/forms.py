@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count
+from jobs.launch.masking import looks_secret
 from jobs.launch.command_builder import (
     ENV_NAME_RE,
     PARAM_NAME_RE,
@@ -61,6 +62,25 @@ def _rows(post, prefix: str) -> list[dict[str, str]]:
     names, values = post.getlist(f"{prefix}_name"), post.getlist(f"{prefix}_value")
     rows = ({"name": name.strip(), "value": value} for name, value in zip_longest(names, values, fillvalue=""))
     return [row for row in rows if row["name"] or row["value"]]
+
+
+def _kept_if_secret(name: str, value: str) -> dict:
+    # A secret is never sent back to a page: the row comes empty, and the old value is kept unless retyped.
+    if value and looks_secret(name, value):
+        return {"name": name, "value": "", "kept": True}
+    return {"name": name, "value": value}
+
+
+def with_kept_secrets(data: dict, source) -> dict:
+    """The page's rows with the rebuilt job's secret values put back where the row was left empty."""
+    old_env = {name: str(value) for name, value in source.env.items()}
+    old_parameters = {item["name"]: str(item["value"]) for item in source.parameters}
+    for key, old in (("env", old_env), ("parameters", old_parameters)):
+        for row in data.get(key) or []:
+            value = old.get(row["name"], "")
+            if row["value"] == "" and value and looks_secret(row["name"], value):
+                row["value"] = value
+    return data
 
 
 def page_data(post) -> dict:
@@ -147,8 +167,9 @@ class TrainingJobForm(forms.Form):
             "boot_file": job.boot_file,
             "data_url": fields_given.get("data_url", ""),
             "train_url": fields_given.get("train_url", ""),
-            "parameters": [item for item in job.parameters if item["name"] not in fields_given],
-            "env": [{"name": name, "value": value} for name, value in job.env.items()],
+            "parameters": [_kept_if_secret(item["name"], str(item["value"])) for item in job.parameters
+                           if item["name"] not in fields_given],
+            "env": [_kept_if_secret(name, str(value)) for name, value in job.env.items()],
             "spec": job.spec_id,
             "pool": job.pool_id,
             "node_count": job.node_count,

@@ -18,7 +18,7 @@ from jobs.results.outputs import outputs_root
 from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
-from .forms import MAX_ENV_VARS, TrainingJobForm, page_data
+from .forms import MAX_ENV_VARS, TrainingJobForm, page_data, with_kept_secrets
 from .job_display import display
 from .models import (
     FINAL_STATES,
@@ -85,10 +85,20 @@ def _form_page(request, form, rebuilt_from=None):
     })
 
 
+def _rebuild_source(request) -> TrainingJob | None:
+    """The job a Rebuild started from, when it is the user's own: only then are its secrets carried over."""
+    raw = request.POST.get("rebuild_of", "")
+    if not raw.isdigit():
+        return None
+    return TrainingJob.objects.filter(pk=int(raw), owner=request.user).first()
+
+
 @login_required
 def job_create(request):
     if request.method == "POST":
-        form = TrainingJobForm(page_data(request.POST), user=request.user)
+        data = page_data(request.POST)
+        source = _rebuild_source(request)
+        form = TrainingJobForm(with_kept_secrets(data, source) if source else data, user=request.user)
         if form.is_valid():
             job = submit_job(form, request.user)
             messages.success(request, _("Job %(name)s submitted.") % {"name": job.name})

@@ -58,6 +58,8 @@ class WorkerPlan:
     workdir: str
     # The worker's container on its node, known by this unique name only.
     container_name: str = ""
+    # The node's GPUs the container gets, by their CDI names.
+    gpu_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,15 @@ def container_limits(job: TrainingJob) -> ContainerLimits:
     memory = job.spec.memory_gb * 1024**3
     # /dev/shm (NCCL's and Open MPI's shared memory) is half the memory, as a tmpfs of the node would be.
     return ContainerLimits(cpus=job.spec.cpu_cores, memory_bytes=memory, shm_bytes=memory // 2, gpus=job.spec.gpu_count)
+
+
+def gpu_devices_for(gpus_wanted: int, node_gpu_count: int, cdi_available: bool) -> tuple[str, ...]:
+    """The CDI devices a worker gets: all the node's GPUs when the spec asks for them all, else the first N."""
+    if not gpus_wanted or not cdi_available or not node_gpu_count:
+        return ()
+    if gpus_wanted >= node_gpu_count:
+        return ("nvidia.com/gpu=all",)
+    return tuple(f"nvidia.com/gpu={index}" for index in range(gpus_wanted))
 
 
 def new_container_name(job: TrainingJob, index: int) -> str:
@@ -211,6 +222,8 @@ def worker_plans(job: TrainingJob, workers: Sequence[Worker], work_root: str,
             env=dict(environments[worker.index]) if environments else {},
             workdir=f"{root}/{job.dns_name}/worker-{worker.index}",
             container_name=worker.container_name or new_container_name(job, worker.index),
+            gpu_devices=gpu_devices_for(job.spec.gpu_count, len(worker.node.health.get("gpus") or []),
+                                        bool(worker.node.health.get("cdi"))),
         )
         for worker in workers
         if worker.node

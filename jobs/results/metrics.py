@@ -74,6 +74,8 @@ def validate_metric_definitions(value) -> list[dict[str, str]]:
             raise MetricDefinitionError(f"Metric {name} is given twice.")
         if not pattern.strip():
             raise MetricDefinitionError(f"Metric {name}: the regex is empty.")
+        if any(ord(character) < 32 and character != "\t" for character in pattern + name):
+            raise MetricDefinitionError(f"Metric {name!r}: control characters (NUL, line breaks) are not allowed.")
         if len(pattern) > MAX_REGEX_LENGTH:
             raise MetricDefinitionError(f"Metric {name}: the regex is longer than {MAX_REGEX_LENGTH} characters.")
         try:

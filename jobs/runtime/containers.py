@@ -24,34 +24,24 @@ LABEL = "training-console.job"
 SSHD_CONFIG = f"{CONTAINER_HOME}/.sshd/sshd_config"
 
 
-def run_argv(plan: JobPlan, worker: WorkerPlan, gpu_devices: list[str] | None = None) -> list[str]:
+def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     limits = plan.limits
     argv = ["podman", "run", "--detach", "--name", worker.container_name,
             "--label", f"{LABEL}={plan.job_id}", "--label", f"training-console.worker={worker.index}",
             "--network", "host", "--hostname", worker.hostname]
-    for index, other in enumerate(plan.workers):
+    for other in plan.workers:
         argv += ["--add-host", f"{other.hostname}.{plan.job_dns}:{other.address}",
                  "--add-host", f"{other.hostname}:{other.address}"]
-        del index
     argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
              "--shm-size", str(limits.shm_bytes), "--pids-limit", "32768",
              "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
              "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
              "--workdir", CONTAINER_HOME]
-    for device in gpu_devices or []:
+    for device in worker.gpu_devices:
         argv += ["--device", device]
     argv += [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]
     return argv
 
 
-def run_command(plan: JobPlan, worker: WorkerPlan, gpu_devices: list[str] | None = None) -> str:
-    return shlex.join(run_argv(plan, worker, gpu_devices))
-
-
-def gpu_devices_for(limits_gpus: int, node_gpu_count: int, cdi_available: bool) -> list[str]:
-    """The CDI devices a worker gets: all the node's GPUs when the spec asks for them all, else the first N."""
-    if not limits_gpus or not cdi_available or not node_gpu_count:
-        return []
-    if limits_gpus >= node_gpu_count:
-        return ["nvidia.com/gpu=all"]
-    return [f"nvidia.com/gpu={index}" for index in range(limits_gpus)]
+def run_command(plan: JobPlan, worker: WorkerPlan) -> str:
+    return shlex.join(run_argv(plan, worker))

@@ -31,7 +31,7 @@ def test_the_loss_chart_grows_while_the_example_trains_and_ends_with_one_point_p
     wait_for(job, [JobStatus.RUNNING])
     page.goto(f"/jobs/{job.pk}")
 
-    page.wait_for_function("document.querySelectorAll('[data-metric=\"loss\"] svg circle').length > 0", timeout=60_000)
+    page.wait_for_selector('[data-metric="loss"] svg circle', state="attached", timeout=60_000)
     seen_while_running = chart_points(page)
     expect(page.locator('[data-metric="loss"] svg circle')).to_have_count(STEPS, timeout=60_000)
     assert 0 < seen_while_running < STEPS, "the chart was drawn while the job ran, then grew"

@@ -76,3 +76,11 @@ def test_jobs_made_before_re2_keep_their_default_metrics():
     legacy = [{"name": f"m{index}", "regex": regex} for index, regex in enumerate(sorted(LEGACY_DEFAULT_REGEXES))]
     points = MetricExtractor(legacy).extract("step=3 loss=0.5 acc=0.9")
     assert sorted(point.value for point in points) == [0.5, 0.9]
+
+
+def test_a_nul_or_a_line_break_in_a_metric_is_refused():
+    for regex in ("loss=(\\d+)\x00", "loss=(\\d+)\n"):
+        with pytest.raises(MetricDefinitionError, match="control characters"):
+            validate_metric_definitions([{"name": "loss", "regex": regex}])
+    with pytest.raises(MetricDefinitionError):
+        validate_metric_definitions([{"name": "lo\nss", "regex": "loss=(\\d+)"}])

@@ -55,3 +55,53 @@ def test_the_consoles_log_masks_secrets_in_the_commands_it_records():
     MaskSecretsFilter().filter(record)
     assert SECRET not in record.getMessage() and "abc" not in record.getMessage()
     assert "Command: cd /x && exec mpirun python train.py" in record.getMessage()
+
+
+def test_rebuild_sends_no_secret_back_and_keeps_the_old_one_unless_retyped(client, owner, settings, tmp_path):
+    from jobs.code_dirs import register
+    from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec, TrainingJob
+    from tests.fixtures import add_nodes
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("")
+    register("code", code, sharing="everyone")
+    EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="v1", image="x")
+    add_nodes(ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2), 2)
+    LauncherDefaults.current()
+    client.force_login(owner)
+    first = client.post("/jobs/new", {"name": "first", "engine": "v1", "code_dir": "code", "boot_file": "train.py",
+                                      "spec": "cpu", "node_count": "1", "env_name": ["CRED_TOKEN", "PLAIN"],
+                                      "env_value": [SECRET, "1"], "param_name": ["api_key"], "param_value": [SECRET]})
+    assert first.status_code == 302
+    old = TrainingJob.objects.get(name="first")
+
+    page = client.get(f"/jobs/{old.pk}/rebuild").content.decode()
+    assert SECRET not in page and "unchanged unless you type a new value" in page
+
+    kept = {"name": "kept", "engine": "v1", "code_dir": "code", "boot_file": "train.py", "spec": "cpu",
+            "node_count": "1", "rebuild_of": str(old.pk), "env_name": ["CRED_TOKEN", "PLAIN"], "env_value": ["", "1"],
+            "param_name": ["api_key"], "param_value": [""]}
+    assert client.post("/jobs/new", kept).status_code == 302
+    rebuilt = TrainingJob.objects.get(name="kept")
+    assert rebuilt.env == {"CRED_TOKEN": SECRET, "PLAIN": "1"}
+    assert rebuilt.parameters == [{"name": "api_key", "value": SECRET}]
+    retyped = {**kept, "name": "retyped", "env_value": ["new-secret-value", "1"]}
+    assert client.post("/jobs/new", retyped).status_code == 302
+    assert TrainingJob.objects.get(name="retyped").env["CRED_TOKEN"] == "new-secret-value"
+
+
+def test_rebuilding_anothers_job_carries_none_of_its_secrets(client, owner, stranger, make_job):
+    from jobs.forms import with_kept_secrets
+
+    theirs = make_job(owner=owner, env={"CRED_TOKEN": SECRET})
+    client.force_login(stranger)
+    # The view only uses a source job of the user's own (a stranger's rebuild_of is ignored).
+    from jobs.views import _rebuild_source
+
+    class Request:
+        POST = {"rebuild_of": str(theirs.pk)}
+        user = stranger
+
+    assert _rebuild_source(Request()) is None
+    assert with_kept_secrets({"env": [{"name": "CRED_TOKEN", "value": ""}]}, theirs)["env"][0]["value"] == SECRET

@@ -9,6 +9,8 @@ from jobs.code_dirs import register_examples
 from jobs.images.recipes import MPI
 from jobs.models import Engine, EngineVersion, LauncherDefaults
 
+PRE_CONTAINER_MPI_VERSION = "openmpi_4.1-mpi4py-numpy-py_3.11-debian_12-x86_64"
+
 
 class Command(BaseCommand):
     help = "Create the admin account (printing its password once), the engines and the example code directories."
@@ -28,10 +30,12 @@ class Command(BaseCommand):
         for name in ("Horovod", "MPI", "MindSpore-GPU"):
             Engine.objects.get_or_create(name=name)
         # The shipped MPI image (make run builds it): each worker is a container of it, "python" its own.
-        EngineVersion.objects.update_or_create(
-            engine=Engine.objects.get(name="MPI"), version=MPI.version,
-            defaults={"image": MPI.reference, "python": MPI.python},
-        )
+        mpi = Engine.objects.get(name="MPI")
+        EngineVersion.objects.update_or_create(engine=mpi, version=MPI.version,
+                                               defaults={"image": MPI.reference, "python": MPI.python})
+        # The version consoles made before workers were containers ran the nodes' own Python: now the image's.
+        EngineVersion.objects.filter(engine=mpi, version=PRE_CONTAINER_MPI_VERSION, image="").update(
+            image=MPI.reference, python=MPI.python)
         LauncherDefaults.current()
         names = [code_dir.name for code_dir in register_examples()]
         self.stdout.write(f"example code directories: {', '.join(names) or 'none'}")

@@ -1,0 +1,79 @@
+"""What a worker's container is asked for: the spec's limits, no privilege, the job's names, the node's GPUs;
+and a node without the container runtime is out of service."""
+
+import pytest
+
+from jobs.launch.plan import KeyPair, gpu_devices_for, plan_job
+from jobs.models import Node
+from jobs.runtime.containers import run_argv
+from jobs.runtime.node_health import Probe, record
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def planned(make_job):
+    job = make_job(name="train", node_count=2, bind_args="-bind-to none -map-by slot")
+    job.engine_version.image = "localhost/training-console/mpi:test"
+    job.engine_version.save()
+    workers = []
+    for index in range(2):
+        node = Node.objects.create(name=f"node-{index}", address=f"10.0.0.{index + 1}", spec=job.spec,
+                                   health={"gpus": [{"model": "A100", "memory_mib": 81920}] * 8, "cdi": True})
+        workers.append(job.workers.create(index=index, node=node, node_name=node.name, address=node.address,
+                                          hostname=f"{job.dns_name}-worker-{index}"))
+    keys = KeyPair("private", "public")
+    return job, plan_job(job, workers, work_root="/srv/jobs", user="ma-user", preferred_uid=1000,
+                         client_key=keys, host_key=keys)
+
+
+def test_a_worker_container_gets_the_specs_limits_the_jobs_names_and_no_privilege(planned):
+    job, plan = planned
+    argv = run_argv(plan, plan.workers[1])
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert argv[:3] == ["podman", "run", "--detach"] and value("--name") == plan.workers[1].container_name
+    assert value("--name").startswith(f"tc-{job.pk}-w1-")
+    assert (value("--network"), value("--hostname")) == ("host", f"{job.dns_name}-worker-1")
+    assert f"{job.dns_name}-worker-0.{job.dns_name}:10.0.0.1" in argv and f"{job.dns_name}-worker-0:10.0.0.1" in argv
+    assert value("--memory") == str(job.spec.memory_gb * 1024**3) == value("--memory-swap")
+    assert value("--cpus") == str(job.spec.cpu_cores) and value("--shm-size") == str(job.spec.memory_gb * 1024**3 // 2)
+    assert (value("--user"), value("--cap-drop"), value("--security-opt")) == ("1000:1000", "ALL", "no-new-privileges")
+    assert value("--volume") == f"/srv/jobs/{job.dns_name}/worker-1/home:/home/ma-user:rw,nosuid,nodev"
+    assert argv[-6:] == ["localhost/training-console/mpi:test", "/usr/sbin/sshd", "-D", "-e", "-f",
+                         "/home/ma-user/.sshd/sshd_config"]
+    assert "--device" not in argv, "a CPU spec gets no GPU"
+
+
+def test_each_worker_container_has_a_name_of_its_own(planned):
+    _job, plan = planned
+    names = [worker.container_name for worker in plan.workers]
+    assert len(set(names)) == 2 and all(len(name.rsplit("-", 1)[1]) == 8 for name in names)
+
+
+def test_gpus_are_given_by_their_cdi_names_only_where_a_cdi_spec_exists():
+    assert gpu_devices_for(8, 8, True) == ("nvidia.com/gpu=all",)
+    assert gpu_devices_for(2, 8, True) == ("nvidia.com/gpu=0", "nvidia.com/gpu=1")
+    assert gpu_devices_for(8, 8, False) == (), "without a CDI spec no GPU can be given"
+    assert gpu_devices_for(0, 8, True) == ()
+
+
+def test_a_gpu_spec_gives_each_worker_its_nodes_gpus(planned):
+    job, _plan = planned
+    job.spec.gpu_count, job.spec.gpu_model = 8, "NVIDIA-A100"
+    job.spec.save()
+    keys = KeyPair("private", "public")
+    plan = plan_job(job, list(job.workers.select_related("node").order_by("index")), work_root="/srv/jobs",
+                    user="ma-user", preferred_uid=1000, client_key=keys, host_key=keys)
+    argv = run_argv(plan, plan.workers[0])
+    assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
+
+
+def test_a_node_without_podman_is_not_ready_and_says_why(make_job):
+    node = Node.objects.create(name="bare", address="10.0.0.9", spec=make_job().spec)
+    result = record(node, Probe(node.pk, facts={"cpu_cores": 2, "memory_gb": 4.0, "podman": None, "containers": []}))
+    node.refresh_from_db()
+    assert not result.ready and node.state == Node.State.NOT_READY
+    assert node.state_message == "podman, the container runtime jobs run in, is not installed"
