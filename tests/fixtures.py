@@ -96,3 +96,38 @@ def add_nodes(spec: ResourceSpec, count: int, prefix: str = "node") -> list:
 
     return [Node.objects.create(name=f"{prefix}-{spec.name}-{index}", address=f"10.9.0.{index + 1}", spec=spec)
             for index in range(count)]
+
+
+@pytest.fixture
+def token(owner) -> str:
+    """An API token of the owner's."""
+    from jobs.models import ApiToken
+
+    return ApiToken.issue(owner, "test")[1]
+
+
+@pytest.fixture
+def api(token) -> APIClient:
+    """An API client that sends the owner's token, as a script would."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+@pytest.fixture
+def catalogue(settings, tmp_path):
+    """What a submission names: the shipped examples, an MPI engine version, a CPU spec with 4 nodes."""
+    from jobs.code_dirs import register_examples
+
+    settings.CODE_DIRS_ROOT = tmp_path / "code-dirs"
+    register_examples()
+    EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="local", python="/usr/bin/python3")
+    add_nodes(ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4), 4)
+
+
+def job_body(**overrides) -> dict:
+    """A submission of the example to the API, with these fields changed."""
+    body = {"name": "train-1", "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py", "spec": "cpu",
+            "node_count": 2, "parameters": [{"name": "lr", "value": "0.1"}], "env": {"MY_FLAG": "x y"}}
+    body.update(overrides)
+    return body

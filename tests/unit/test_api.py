@@ -7,33 +7,10 @@ import zipfile
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.code_dirs import register_examples
-from jobs.models import ApiToken, Engine, EngineVersion, ResourceSpec, TrainingJob
-from tests.fixtures import add_nodes
+from jobs.models import TrainingJob
+from tests.fixtures import job_body
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def api(owner):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(owner, 'test')[1]}")
-    return client
-
-
-@pytest.fixture
-def catalogue(settings, tmp_path):
-    settings.CODE_DIRS_ROOT = tmp_path / "code-dirs"
-    register_examples()
-    EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="local", python="/usr/bin/python3")
-    add_nodes(ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4), 4)
-
-
-def job_body(**overrides):
-    body = {"name": "train-1", "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py", "spec": "cpu",
-            "node_count": 2, "parameters": [{"name": "lr", "value": "0.1"}], "env": {"MY_FLAG": "x y"}}
-    body.update(overrides)
-    return body
 
 
 def test_a_stranger_without_a_token_is_refused(catalogue):

@@ -11,46 +11,17 @@ from django.test import AsyncClient, Client
 from hypothesis import HealthCheck, event, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from rest_framework.test import APIClient
 
-from jobs.code_dirs import register_examples
 from jobs.logs import store as log_store
 from jobs.logs.store import LogRecord
-from jobs.models import ApiToken, Engine, EngineVersion, JobStatus, LogStream, ResourceSpec, TrainingJob
-from tests.fixtures import add_nodes
+from jobs.models import JobStatus, LogStream, TrainingJob
+from tests.fixtures import job_body
 from tests.unit.log_helpers import quiet_redis, rank_line, store, system_line  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]
 
 JOBS = "/api/v1/training-jobs"
 HUGE = str(10**30)
-
-
-@pytest.fixture
-def token(owner):
-    return ApiToken.issue(owner, "test")[1]
-
-
-@pytest.fixture
-def api(token):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
-@pytest.fixture
-def catalogue(settings, tmp_path):
-    settings.CODE_DIRS_ROOT = tmp_path / "code-dirs"
-    register_examples()
-    EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="local", python="/usr/bin/python3")
-    add_nodes(ResourceSpec.objects.create(name="cpu", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, max_nodes=4), 4)
-
-
-def job_body(**overrides):
-    body = {"name": "train-1", "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py", "spec": "cpu",
-            "node_count": 2, "parameters": [{"name": "lr", "value": "0.1"}], "env": {"MY_FLAG": "x y"}}
-    body.update(overrides)
-    return body
 
 
 def post_raw(api, body: str | bytes, content_type: str = "application/json", path: str = JOBS):

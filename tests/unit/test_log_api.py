@@ -19,18 +19,6 @@ NCCL_LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "nccl-logs").
 
 
 @pytest.fixture
-def token(owner):
-    return ApiToken.issue(owner, "test")[1]
-
-
-@pytest.fixture
-def api(token):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
-@pytest.fixture
 def stranger_api(stranger):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(stranger, 'test')[1]}")
