@@ -10,7 +10,6 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count
-from jobs.launch.masking import looks_secret
 from jobs.launch.command_builder import (
     ENV_NAME_RE,
     PARAM_NAME_RE,
@@ -19,6 +18,7 @@ from jobs.launch.command_builder import (
     boot_file_path,
     validate_extra_args,
 )
+from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 
