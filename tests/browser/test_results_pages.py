@@ -41,7 +41,7 @@ def test_the_loss_chart_grows_while_the_example_trains_and_ends_with_one_point_p
 def test_a_silent_rank_shows_on_the_page_and_its_owner_stops_the_job_from_there(page, owner, console):
     code_dir_from_program("results-hang-page", "hang.py")
     job = submit(owner, name="hangs", code_dir="results-hang-page", boot_file="hang.py",
-                 parameters=[{"name": "rank", "value": "3"}], watchdog_seconds=3)
+                 parameters=[{"name": "rank", "value": "3"}], watchdog_seconds=8)
     log_in(page, "owner")
     wait_for(job, [JobStatus.RUNNING])
     page.goto(f"/jobs/{job.pk}")

@@ -93,13 +93,13 @@ def test_a_rank_killed_with_sigkill_is_reported_with_its_signal(api, console):
 
 
 def test_a_rank_that_falls_silent_trips_the_watchdog_and_its_owner_stops_the_job(api, console):
-    job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "1"}], watchdog_seconds=3)
+    job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "1"}], watchdog_seconds=8)
     wait_for(job, [JobStatus.RUNNING])
 
     hung = wait_until(lambda: api.get(f"/api/v1/training-jobs/{job.pk}/outcome").json()["suspected_hung"],
                       what="the watchdog's suspicion")
     assert [item["rank"] for item in hung["ranks"]] == [1]
-    assert hung["ranks"][0]["worker"] == 0 and hung["watchdog_seconds"] == 3
+    assert hung["ranks"][0]["worker"] == 0 and hung["watchdog_seconds"] == 8
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING, "without the administrator's leave the watchdog only warns"
     assert job.events.filter(kind="watchdog", message__contains="rank(s) 1 printed nothing").exists()
@@ -113,7 +113,7 @@ def test_a_rank_that_falls_silent_trips_the_watchdog_and_its_owner_stops_the_job
 
 def test_with_the_administrators_leave_the_watchdog_stops_a_hung_job_itself(api, console):
     LauncherDefaults.objects.filter(pk=1).update(watchdog_may_stop=True)
-    job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "2"}], watchdog_seconds=3)
+    job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "2"}], watchdog_seconds=8)
     job = wait_for(job, [JobStatus.TERMINATED], timeout=90)
 
     assert job.status_message.startswith("Stopped by the watchdog: rank(s) 2 printed nothing")
