@@ -35,6 +35,7 @@ class JobDisplay:
     ranks: list[int]
     working_dir: str
     waiting_reason: str
+    extra_args: str
 
 
 def worker0_environment(job: TrainingJob) -> dict[str, str]:
@@ -61,6 +62,7 @@ def display(job: TrainingJob) -> JobDisplay:
         ranks=list(range(processes)),
         working_dir=f"{JOB_DIR}/{job.code_dir.name}",
         waiting_reason=waiting_reason(job),
+        extra_args=mask_shell_text(job.extra_args),
     )
 
 

@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from jobs.launch.masking import mask_shell_text, masked
 from jobs.results.outputs import outputs_root
 
 from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
@@ -111,7 +112,13 @@ def job_create(request):
 @login_required
 def job_rebuild(request, pk):
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
-    return _form_page(request, TrainingJobForm(initial=TrainingJobForm.initial_from_job(job), user=request.user), rebuilt_from=job)
+    initial = TrainingJobForm.initial_from_job(job)
+    if job.owner_id != request.user.pk:
+        # Another's job (staff allowed to look) is a template only: its secret-looking values stay masked.
+        initial["extra_args"] = mask_shell_text(initial["extra_args"])
+        for key in ("data_url", "train_url"):
+            initial[key] = masked(key, initial[key])
+    return _form_page(request, TrainingJobForm(initial=initial, user=request.user), rebuilt_from=job)
 
 
 @login_required

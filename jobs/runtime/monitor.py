@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 MONITOR_INTERVAL_SECONDS = 1.0
 READ_BATCH = 2000
+BATCHES_PER_TICK = 10
 
 
 class SilentRank(TypedDict):
@@ -96,7 +97,7 @@ class RunMonitor:
                 await self.stop_task
             except Exception:  # noqa: BLE001 - the run's own teardown follows anyway
                 logger.exception("job %s: stop by the console failed", self.job_id)
-        await sync_to_async(self.read_new_lines)()
+        await sync_to_async(self.read_new_lines)(None)
 
     # The work of one tick, in the database thread.
 
@@ -111,12 +112,16 @@ class RunMonitor:
             return StopRequest(StopReason.AUTO_STOP, f"Stopped by auto stop: the job reached its limit of {hours} h")
         return self.watch(job, now)
 
-    def read_new_lines(self) -> None:
+    def read_new_lines(self, max_batches: int | None = BATCHES_PER_TICK) -> None:
+        """Read what was stored since the cursor: a few batches a tick, so the run's other database work
+        (its heartbeat) is not held up behind a job that prints faster than this reads; all at the end."""
         if self.extractor is None:
             definitions = TrainingJob.objects.values_list("metric_definitions", flat=True).get(pk=self.job_id)
             self.extractor = MetricExtractor(definitions or default_metric_definitions())
         points: list[MetricPoint] = []
-        while True:
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            batches += 1
             lines = list(lines_after(self.job_id, self.cursor, READ_BATCH))
             for line in lines:
                 self.cursor = line.seq

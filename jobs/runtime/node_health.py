@@ -34,14 +34,17 @@ FACTS_SCRIPT = (NODE_SCRIPTS / "health-facts.sh").read_text()
 
 
 def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
-    """This node's containers of jobs that are over (a teardown that failed), by their unique names."""
+    """This node's job containers that no live job of the node owns: a teardown that failed, or a job deleted since.
+
+    A job is torn down before it reaches a final state, so a container of a final job, of a deleted one,
+    or of another job than the node's is a leftover. Each node has its own containers.
+    """
     seen = {entry["name"]: entry["state"] for entry in facts.get("containers") or []}
     if not seen:
         return []
-    # A job is torn down before it reaches a final state, so a final job's container is a leftover.
-    ended_here = set(Worker.objects.filter(node_id=node_id, container_name__in=seen, job__status__in=FINAL_STATES)
-                     .values_list("container_name", flat=True))
-    return [f"{name} ({seen[name]})" for name in sorted(ended_here)]
+    live = set(Worker.objects.filter(node_id=node_id, container_name__in=seen).exclude(job__status__in=FINAL_STATES)
+               .values_list("container_name", flat=True))
+    return [f"{name} ({seen[name]})" for name in sorted(set(seen) - live)]
 
 
 # ---- Talking to nodes ----

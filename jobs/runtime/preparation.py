@@ -141,7 +141,6 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
                 str(bundle): f"{worker.workdir}/bundle.tar",
                 str(code_archive): f"{worker.workdir}/code.tar",
                 str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",
-                str(NODE_SCRIPTS / "stop-worker.sh"): f"{worker.workdir}/stop-worker.sh",
             })
         await run_checked(connection, label, "laying out the job's files",
                           ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from jobs.allocation import release_nodes
@@ -116,7 +116,7 @@ class JobRun:
         while True:
             try:
                 await in_database(_touch_heartbeat, self.job_id)
-            except DatabaseError as error:
+            except Exception as error:  # noqa: BLE001 - a database error or any other: the beat goes on
                 # Left dead, the heartbeat would go stale and the reaper would end a healthy job.
                 logger.warning("job %s: heartbeat failed (%s); trying again in %s s", self.job_id, error,
                                HEARTBEAT_SECONDS)
@@ -230,6 +230,11 @@ async def in_own_context(work: Awaitable[T]) -> T:
 
 def run_allocated_job(job_id: int) -> None:
     job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
+    if job.status == JobStatus.TERMINATING and not job.sealed_ssh_key:
+        # Stopped after its nodes were given and before this run began: nothing was started anywhere.
+        service_line(job_id, "Stopped before its containers were started")
+        settle(job_id, RunOutcome.STOPPED, None, "stopped before launch", [])
+        return
     if job.status != JobStatus.CREATING:
         return
     try:

@@ -53,7 +53,11 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
     isolation_code_dir()
     database = str(settings.DATABASES["default"]["NAME"])
     secret_key = str(Path(settings.VAR_DIR) / "secret_key")
-    job = submit(api, parameters=[{"name": "try_read", "value": f"{database},{secret_key},/etc/shadow"}])
+    # A file any account of the host may read: only a container that sees nothing of the host misses it.
+    marker = Path(settings.NODE_WORK_ROOT).parent / f"host-marker-{os.getpid()}.txt"
+    marker.write_text("the host's own file\n")
+    marker.chmod(0o644)
+    job = submit(api, parameters=[{"name": "try_read", "value": f"{database},{secret_key},{marker}"}])
 
     wait_for(job, [JobStatus.COMPLETED])
     found = reports(job)
@@ -64,7 +68,7 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
     assert {report["uid"] for report in found} == {1000}
     assert {report["setuid_uid"] for report in found} == {"1000"}, "a setuid binary gains nothing"
     for report in found:
-        assert report["reads"] == {database: False, secret_key: False, "/etc/shadow": False}, report
+        assert report["reads"] == {database: False, secret_key: False, str(marker): False}, report
         # Only the job's own processes: the worker's sshd, orted, the rank agents and ranks, the probe's ls.
         assert not [line for line in report["processes"] if "celery" in line or "uvicorn" in line or "pytest" in line]
         foreign = [line for line in report["processes"] if line and not line.startswith(JOB_PROCESSES)]
@@ -72,6 +76,7 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
         assert any(line.startswith(("sshd", "/usr/sbin/sshd")) for line in report["processes"])
     job.refresh_from_db()
     assert MPI.reference == job.engine_version.image
+    marker.unlink()
 
 
 def test_a_job_cannot_collect_the_consoles_files_as_its_outputs(api, console):

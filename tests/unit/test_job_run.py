@@ -240,3 +240,41 @@ def test_a_job_whose_failure_card_cannot_be_recorded_still_ends_and_frees_its_no
 
     assert (job.status, job.exit_code) == (JobStatus.FAILED, 3)
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_a_job_stopped_after_its_nodes_were_given_but_before_its_run_began_ends_terminated_and_frees_them(nodes, job):
+    TrainingJob.objects.get(pk=job.pk).terminate()
+
+    run.run_allocated_job(job.pk)
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.TERMINATED
+    assert nodes.prepared == [] and nodes.launches == 0
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_the_heartbeat_survives_any_error_of_its_database_step(monkeypatch):
+    import threading
+
+    calls = []
+
+    def broken(job_id):
+        calls.append(job_id)
+        raise RuntimeError("not a database error")
+
+    monkeypatch.setattr(run, "HEARTBEAT_SECONDS", 0.02)
+    monkeypatch.setattr(run, "_touch_heartbeat", broken)
+
+    still_beating = []
+
+    async def beating():
+        task = asyncio.create_task(JobRun(type("Plan", (), {"job_id": 1})()).beat())
+        await asyncio.sleep(0.2)
+        still_beating.append(not task.done())
+        task.cancel()
+
+    thread = threading.Thread(target=lambda: asyncio.run(in_own_context(beating())))
+    thread.start()
+    thread.join()
+    assert still_beating == [True], "the heartbeat died"
+    assert len(calls) >= 3

@@ -105,3 +105,12 @@ def test_rebuilding_anothers_job_carries_none_of_its_secrets(client, owner, stra
 
     assert _rebuild_source(Request()) is None
     assert with_kept_secrets({"env": [{"name": "CRED_TOKEN", "value": ""}]}, theirs)["env"][0]["value"] == SECRET
+
+
+def test_staff_allowed_to_view_see_no_secret_on_the_job_page_or_its_rebuild(client, make_job, owner, staff):
+    job = make_job(owner=owner, extra_args=f"-x MY_TOKEN={SECRET}", env={"CRED_X": SECRET},
+                   parameters=[{"name": "train_url", "value": "/out"}, {"name": "api_key", "value": SECRET}])
+    client.force_login(allowed_to_view(staff))
+    for path in (f"/jobs/{job.pk}", f"/jobs/{job.pk}/rebuild"):
+        page = client.get(path)
+        assert page.status_code == 200 and SECRET not in page.content.decode(), path

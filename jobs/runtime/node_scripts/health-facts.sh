@@ -1,8 +1,7 @@
 #!/bin/sh
 # What a node has, for the console's health check: one "@@ section" header per fact, then the fact;
-# "!absent" when a tool is not installed. $1 is the root of the job work directories, where an ended
-# job's container must not linger. Read by jobs.node_facts.parse_facts. Always exits 0: a missing tool is
-# a fact, not a failed check.
+# "!absent" when a tool is not installed. Read by jobs.node_facts.parse_facts. Always exits 0: a missing
+# tool is a fact, not a failed check.
 echo "@@ cpu"; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc
 echo "@@ memory"; grep '^MemTotal:' /proc/meminfo
 echo "@@ interfaces"; ls /sys/class/net

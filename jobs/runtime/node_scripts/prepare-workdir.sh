@@ -13,11 +13,15 @@ tar --no-same-owner --no-same-permissions -xf code.tar -C home/user-job-dir
 # Where each rank's fork agent records how the rank ended (see rank-agent.sh).
 mkdir -p home/.mpi/ranks
 rm -f bundle.tar code.tar
-chown -R "$uid:$uid" home
-# Nothing of the job's runs with more than the job's rights (the mount is nosuid too).
+# Modes first, while everything is still root's: once the job's uid owns the tree, a process of that
+# uid on the node could swap a path for a link, and root must not follow it.
 chmod -R ug-s,o-w home
-chmod 755 home
+chmod 700 home
 chmod 700 home/.ssh home/.sshd
 chmod 600 home/.ssh/* home/.sshd/ssh_host_ed25519_key
 chmod 755 home/.mpi/rank-agent.sh
+chown -R "$uid:$uid" home
+# The job's keys and code are for its container alone: other accounts of the node may not list the work
+# directory, and home is the job uid's only (the teardown reads the rank records as that uid, through it).
+chmod 711 "$workdir"
 echo prepared
