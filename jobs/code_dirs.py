@@ -466,13 +466,16 @@ def _answer_of(pid: int, read_end: int) -> tuple[bytearray, int]:
     """
     received, status, reaped = bytearray(), 0, False
     deadline = time.monotonic() + settings.CODE_DIR_UNPACK_TIMEOUT_SECONDS
+    # poll, not select: select refuses descriptors past 1023, which a busy web process has.
+    watcher = select.poll()
+    watcher.register(read_end, select.POLLIN | select.POLLHUP)
     try:
         while not reaped:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ArchiveRejected(f"unpacking the archive took longer than "
                                       f"{settings.CODE_DIR_UNPACK_TIMEOUT_SECONDS} seconds")
-            ready, _, _ = select.select([read_end], [], [], min(remaining, 0.2))
+            ready = watcher.poll(int(min(remaining, 0.2) * 1000))
             chunk = os.read(read_end, 65536) if ready else b""
             received += chunk
             if len(received) > 1024 * 1024:
