@@ -5,10 +5,11 @@ PY := $(VENV)/bin/python
 # What the console and its local cluster need from Debian: Redis, OpenSSH, namespaces and bridges
 # (iproute2, util-linux), Podman with runc (Debian's crun refuses this kernel's hybrid cgroups) for the
 # workers' containers, debootstrap to build the engine images, Open MPI and mpi4py for the bare-mpirun
-# benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`.
+# benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`,
+# cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
 	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
-	podman runc debootstrap
+	podman runc debootstrap cmake g++
 
 .PHONY: run test unit-test system-packages venv messages check images clean
 
@@ -30,7 +31,7 @@ venv: system-packages $(VENV)/.installed
 messages: venv
 	@$(PY) manage.py compilemessages --ignore=$(VENV) -v 0
 
-# The shipped engine images, built once per machine (about 1.5 min) and cached by their recipe's hash.
+# The shipped engine images (MPI, Horovod, MindSpore), built once per machine and cached by their recipe's hash.
 images: venv
 	$(PY) manage.py buildimages
 

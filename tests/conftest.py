@@ -18,7 +18,7 @@ from console import services
 from console.celery import app as celery_app
 from jobs import localcluster
 from jobs.images.build import build
-from jobs.images.recipes import MPI
+from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
@@ -150,6 +150,20 @@ def mpi_image():
     """The shipped MPI engine image, built once per machine (its archive is cached by the recipe's hash)."""
     build(MPI, say=lambda text: print(text, flush=True))
     return MPI.reference
+
+
+@pytest.fixture(scope="session")
+def horovod_image():
+    """The Horovod engine image (PyTorch CPU), built once per machine like the MPI one (about 10 min from scratch)."""
+    build(HOROVOD, say=lambda text: print(text, flush=True))
+    return HOROVOD.reference
+
+
+@pytest.fixture(scope="session")
+def mindspore_image():
+    """The MindSpore engine image (CPU), built once per machine like the MPI one."""
+    build(MINDSPORE, say=lambda text: print(text, flush=True))
+    return MINDSPORE.reference
 
 
 @pytest.fixture

@@ -12,11 +12,24 @@ REGISTRY_PREFIX = "localhost/training-console"
 
 
 @dataclass(frozen=True)
+class SourceWheel:
+    """A wheel built on the host from its sdist with `pip wheel --no-build-isolation` in a build venv."""
+    requirement: str  # e.g. "horovod==0.28.1"
+    build_requires: tuple[str, ...]  # installed into the build venv first (from the recipe's wheels)
+    patches: tuple[tuple[str, str, str], ...] = ()  # (file in the sdist, text, replacement), each must apply
+    env: tuple[tuple[str, str], ...] = ()  # the build's variables
+
+
+@dataclass(frozen=True)
 class ImageRecipe:
     name: str  # the engine's image name, e.g. "mpi"
     version: str  # what is inside, in the reference's style: openmpi_4.1-mpi4py-py_3.11-debian_12-x86_64
     packages: tuple[str, ...]  # Debian packages debootstrap installs into the root filesystem
     python: str = "python"  # the interpreter the command names (the image's own)
+    # Python packages, as wheels made on the console's host (its pip configuration: local wheels, CA,
+    # constraints) and installed offline in the image from the build context's wheels/ folder.
+    wheels: tuple[str, ...] = ()  # requirements taken as binary wheels (pip download)
+    source_wheels: tuple["SourceWheel", ...] = ()  # built here from their sdist, patched
 
     @property
     def folder(self) -> Path:
@@ -31,10 +44,16 @@ class ImageRecipe:
         digest = hashlib.sha256()
         for part in (self.name, self.version, DEBIAN_SUITE, " ".join(sorted(self.packages))):
             digest.update(part.encode() + b"\0")
+        if self.wheels or self.source_wheels:  # (absent from recipes without wheels: their hash is unchanged)
+            digest.update(repr((self.wheels, self.source_wheels)).encode() + b"\0")
         for path in sorted(self.folder.rglob("*")):
             if path.is_file():
                 digest.update(str(path.relative_to(self.folder)).encode() + b"\0" + path.read_bytes())
         return digest.hexdigest()[:12]
+
+    def wheels_hash(self) -> str:
+        """What the recipe's wheels depend on only (its Containerfile may change without rebuilding them)."""
+        return hashlib.sha256(repr((self.wheels, self.source_wheels, "py_3.11")).encode()).hexdigest()[:12]
 
     @property
     def tag(self) -> str:
@@ -63,7 +82,33 @@ MPI = ImageRecipe(
               "procps", "ca-certificates"),
 )
 
-SHIPPED = {recipe.name: recipe for recipe in (MPI,)}
+_RUNTIME = ("openmpi-bin", "openssh-server", "openssh-client", "python3", "python3-pip", "procps", "ca-certificates")
+
+HOROVOD = ImageRecipe(
+    name="horovod",
+    version=f"horovod_0.28.1-pytorch_2.13.0-cpu-py_3.11-debian_12-{_machine()}",
+    packages=_RUNTIME,
+    wheels=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging"),
+    source_wheels=(SourceWheel(
+        requirement="horovod==0.28.1",
+        build_requires=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel"),
+        # torch >= 2.1 needs C++17; CMake puts -std=gnu++14 after CXXFLAGS, so only these lines fix it (horovod #3941).
+        patches=(("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
+                 ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)")),
+        env=(("HOROVOD_WITH_MPI", "1"), ("HOROVOD_WITH_GLOO", "1"), ("HOROVOD_WITH_PYTORCH", "1"),
+             ("HOROVOD_WITHOUT_TENSORFLOW", "1"), ("HOROVOD_WITHOUT_MXNET", "1"), ("MAKEFLAGS", "-j2")),
+    ),),
+)
+
+MINDSPORE = ImageRecipe(
+    name="mindspore",
+    version=f"mindspore_2.10.0-cpu-py_3.11-debian_12-{_machine()}",
+    packages=(*_RUNTIME, "libgomp1"),  # its CPU kernels use OpenMP (the wheel does not bundle libgomp)
+    # Without the pin pip takes numpy 2.x, which MindSpore 2.10.0's compiled parts cannot use.
+    wheels=("mindspore==2.10.0", "numpy<2"),
+)
+
+SHIPPED = {recipe.name: recipe for recipe in (MPI, HOROVOD, MINDSPORE)}
 
 
 def archive_name_of(reference: str) -> str:

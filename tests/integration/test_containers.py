@@ -19,7 +19,9 @@ RANKS = 4  # 2 nodes x 2 slots
 # What runs in a worker's container: its sshd (and the sessions it forks), orted, mpirun on worker-0,
 # the rank agents and the ranks; nothing of the node's or another job's.
 JOB_PROCESSES = ("sshd", "/usr/sbin/sshd", "orted", "/usr/bin/orted", "mpirun", "/usr/bin/mpirun", "sh ",
-                 "/bin/sh ", "python", "/usr/local/bin/python", "/usr/bin/python", "bash ", "/bin/bash ")
+                 "/bin/sh ", "python", "/usr/local/bin/python", "/usr/bin/python", "bash ", "/bin/bash ",
+                 # what a rank of the job runs from its code directory (here: the planted setuid program)
+                 "/home/ma-user/user-job-dir/")
 
 
 def submit(api, **fields) -> TrainingJob:
@@ -58,8 +60,10 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
     marker.write_text("the host's own file\n")
     marker.chmod(0o644)
     job = submit(api, parameters=[{"name": "try_read", "value": f"{database},{secret_key},{marker}"}])
-
-    wait_for(job, [JobStatus.COMPLETED])
+    try:
+        wait_for(job, [JobStatus.COMPLETED])
+    finally:
+        marker.unlink()
     found = reports(job)
     assert [report["rank"] for report in found] == list(range(RANKS))
     assert {report["host"] for report in found} == {f"{job.dns_name}-worker-0", f"{job.dns_name}-worker-1"}
@@ -76,7 +80,6 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
         assert any(line.startswith(("sshd", "/usr/sbin/sshd")) for line in report["processes"])
     job.refresh_from_db()
     assert MPI.reference == job.engine_version.image
-    marker.unlink()
 
 
 def test_a_job_cannot_collect_the_consoles_files_as_its_outputs(api, console):

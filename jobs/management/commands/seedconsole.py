@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from jobs.code_dirs import register_examples
-from jobs.images.recipes import MPI
+from jobs.images.recipes import MPI, SHIPPED
 from jobs.models import Engine, EngineVersion, LauncherDefaults
 
 PRE_CONTAINER_MPI_VERSION = "openmpi_4.1-mpi4py-numpy-py_3.11-debian_12-x86_64"
@@ -33,6 +33,12 @@ class Command(BaseCommand):
         mpi = Engine.objects.get(name="MPI")
         EngineVersion.objects.update_or_create(engine=mpi, version=MPI.version,
                                                defaults={"image": MPI.reference, "python": MPI.python})
+        # The other shipped engines' images (Horovod on PyTorch CPU, MindSpore CPU), each its engine's version.
+        for recipe_name, engine_name in (("horovod", "Horovod"), ("mindspore", "MindSpore-GPU")):
+            recipe = SHIPPED.get(recipe_name)
+            if recipe is not None:
+                EngineVersion.objects.update_or_create(engine=Engine.objects.get(name=engine_name), version=recipe.version,
+                                                       defaults={"image": recipe.reference, "python": recipe.python})
         # The version consoles made before workers were containers ran the nodes' own Python: now the image's.
         EngineVersion.objects.filter(engine=mpi, version=PRE_CONTAINER_MPI_VERSION, image="").update(
             image=MPI.reference, python=MPI.python)

@@ -1,0 +1,93 @@
+"""The Horovod and MindSpore engines for real: their shipped images, their examples on 2 nodes x 2 slots."""
+
+import re
+
+import pytest
+
+from jobs.code_dirs import register_examples
+from jobs.images.recipes import HOROVOD, MINDSPORE
+from jobs.models import Engine, EngineVersion, JobStatus, TrainingJob
+from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, rank_lines, wait_for
+
+RANKS = CLUSTER_NODES * CLUSTER_SLOTS
+
+
+def submit(api, engine: str, code_dir: str, **fields) -> TrainingJob:
+    body = {"name": code_dir, "engine": engine, "spec": "local-cpu", "node_count": CLUSTER_NODES,
+            "code_dir": code_dir, "boot_file": "train.py", **fields}
+    response = api.post("/api/v1/training-jobs", body, format="json")
+    assert response.status_code == 201, response.content
+    return TrainingJob.objects.get(pk=response.json()["id"])
+
+
+@pytest.fixture
+def horovod(console, horovod_image):
+    engine = Engine.objects.create(name="Horovod")
+    register_examples()
+    return EngineVersion.objects.create(engine=engine, version=HOROVOD.version, image=horovod_image, python=HOROVOD.python)
+
+
+@pytest.fixture
+def mindspore(console, mindspore_image):
+    engine = Engine.objects.create(name="MindSpore-GPU")
+    register_examples()
+    return EngineVersion.objects.create(engine=engine, version=MINDSPORE.version, image=mindspore_image,
+                                        python=MINDSPORE.python)
+
+
+def per_rank(job: TrainingJob, pattern: str) -> dict[int, list[re.Match]]:
+    found: dict[int, list[re.Match]] = {}
+    for line in rank_lines(job):
+        match = re.search(pattern, line.text)
+        if match:
+            found.setdefault(line.rank, []).append(match)
+    return found
+
+
+def hosts_of(job: TrainingJob) -> set[str]:
+    return {f"{job.dns_name}-worker-{index}" for index in range(CLUSTER_NODES)}
+
+
+def test_the_horovod_example_trains_on_two_nodes_and_its_ranks_agree(api, horovod):
+    steps = 5
+    job = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": str(steps)}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=300)
+
+    assert job.exit_code == 0
+    banners = per_rank(job, r"on host (\S+) horovod size=(\d+) local_size=(\d+) cross_size=(\d+)")
+    assert sorted(banners) == list(range(RANKS))
+    assert {matches[0].group(1) for matches in banners.values()} == hosts_of(job)
+    assert {matches[0].groups()[1:] for matches in banners.values()} == {(str(RANKS), str(CLUSTER_SLOTS), str(CLUSTER_NODES))}
+    losses = per_rank(job, r"host (\S+) step=(\d+) loss=")
+    assert sorted(losses) == list(range(RANKS))
+    assert all([int(match.group(2)) for match in matches] == list(range(1, steps + 1)) for matches in losses.values())
+    checksums = per_rank(job, r"final weights checksum (\S+)")
+    assert sorted(checksums) == list(range(RANKS))
+    assert len({matches[0].group(1) for matches in checksums.values()}) == 1, f"ranks disagree: {checksums}"
+
+
+def test_a_horovod_rank_that_raises_fails_the_job_naming_the_rank_and_the_exception(api, horovod):
+    job = submit(api, horovod.version, "horovod-train", parameters=[{"name": "fail_rank", "value": "2"}])
+    job = wait_for(job, [JobStatus.FAILED], timeout=300)
+
+    assert job.failure["kind"] == "exception", job.failure
+    assert job.failure["rank"] == 2, job.failure
+    assert "RuntimeError: rank 2 failed on purpose" in job.failure["exception"], job.failure
+
+
+def test_the_mindspore_example_trains_on_two_nodes_and_its_ranks_agree_on_the_averaged_gradient(api, mindspore):
+    steps = 5
+    job = submit(api, mindspore.version, "mindspore-train", parameters=[{"name": "steps", "value": str(steps)}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=420)
+
+    assert job.exit_code == 0
+    banners = per_rank(job, rf"rank (\d+)/{RANKS} on host (\S+) mindspore")
+    assert sorted(banners) == list(range(RANKS))
+    assert {matches[0].group(2) for matches in banners.values()} == hosts_of(job)
+    losses = per_rank(job, r"host (\S+) step=(\d+) loss=")
+    assert sorted(losses) == list(range(RANKS))
+    assert all(len(matches) == steps for matches in losses.values())
+    for what in ("averaged gradient checksum", "final weights checksum"):
+        values = per_rank(job, what + r" (\S+)")
+        assert sorted(values) == list(range(RANKS)), what
+        assert len({matches[0].group(1) for matches in values.values()}) == 1, f"ranks disagree on the {what}: {values}"
