@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from jobs import node_facts, tasks
+from jobs.images.availability import being_prepared, nodes_holding
 from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
 
@@ -290,7 +291,7 @@ def _pretty(facts: dict) -> str:
 class EngineVersionForm(forms.ModelForm):
     class Meta:
         model = EngineVersion
-        fields = ["version", "python", "default_env"]
+        fields = ["version", "image", "python", "default_env"]
 
     def clean_default_env(self):
         env = self.cleaned_data.get("default_env") or {}
@@ -312,6 +313,16 @@ class EngineVersionInline(admin.TabularInline):
     model = EngineVersion
     form = EngineVersionForm
     extra = 0
+    readonly_fields = ["image_on_nodes"]
+
+    @admin.display(description=_("image on nodes"))
+    def image_on_nodes(self, version):
+        if not version.pk or not version.image:
+            return "-"
+        holding = nodes_holding(version.image)
+        state = _("being prepared") if being_prepared(version.image) else ""
+        listed = ", ".join(holding) if holding else _("none yet (a node gets it with its first job)")
+        return f"{listed}{' · ' + str(state) if state else ''}"
 
 
 @admin.register(Engine)

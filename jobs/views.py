@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from jobs.images.availability import images_being_prepared
 from jobs.launch.masking import mask_shell_text, masked
 from jobs.results.outputs import outputs_root
 
@@ -74,7 +75,9 @@ def _form_page(request, form, rebuilt_from=None):
     family = EngineVersion.objects.filter(pk=version).values_list("engine_id", flat=True).first() if version.isdigit() else None
     return render(request, "jobs/job_form.html", {
         "form": form,
-        "engines": Engine.objects.prefetch_related("versions"),
+        # Only engines that have a version; a version whose image the console is still building is shown, not offered.
+        "engines": Engine.objects.filter(versions__isnull=False).distinct().prefetch_related("versions"),
+        "preparing_versions": images_being_prepared(),
         "selected_family": family,
         "max_env": MAX_ENV_VARS,
         "code_dirs": visible_code_dirs(request.user),
