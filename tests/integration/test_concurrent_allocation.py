@@ -112,9 +112,9 @@ def hold_ledger(transactional_db):
 
 
 @pytest.fixture
-def burst_console(transactional_db, burst_cluster, two_workers, hold_ledger):
+def burst_console(transactional_db, burst_cluster, two_workers, hold_ledger, mpi_image):
     EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="burst-mpi4py",
-                                 python="/usr/bin/python3")
+                                 image=mpi_image, python="python")
     spec = ResourceSpec.objects.create(name="burst-cpu", cpu_cores=1, memory_gb=1, cpu_slots_per_node=1,
                                        network=Network.SOCKET, max_nodes=NODES)
     LauncherDefaults.current()

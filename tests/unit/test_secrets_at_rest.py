@@ -20,7 +20,8 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 def start_settings(var_dir: Path, **env: str) -> str:
     """SECRET_KEY as a fresh process with this var/ directory reads its settings."""
     environment = {key: value for key, value in os.environ.items() if key != "SECRET_KEY"}
-    environment.update(CONSOLE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="console.settings", **env)
+    # SQLite, as `make run` has it (the PostgreSQL pass of the tests sets DATABASE_URL).
+    environment.update(CONSOLE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="console.settings", DATABASE_URL="", **env)
     return subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
                           cwd=BASE_DIR, env=environment, capture_output=True, text=True, check=True).stdout.strip()
 
