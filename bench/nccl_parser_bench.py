@@ -6,7 +6,9 @@ copies every real line with its host and pid moved to another node, and
 interleaves training output (loss lines, progress bars ending in \\r, Python
 logging, tracebacks).  It is written to a temporary file and parsed from disk
 line by line, the way `manage.py ncclsummary` reads a log, so the memory
-figure is the parser's own state, not the input.
+figure is the parser's own state, not the input.  Its floor is timed in the
+same run over the same file: `grep -c NCCL` (LC_ALL=C), one pass that only
+finds the lines a parser would have to look at.
 
     .venv/bin/python bench/nccl_parser_bench.py [--size-mb 64] [--nodes 64] [--no-trace] [--nccl-only]
 """
@@ -17,6 +19,7 @@ import argparse
 import os
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,6 +113,13 @@ def main() -> None:
             flush=True,
         )
 
+        # The floor: one pass over the same file (in the page cache, as it is for the parser) finding NCCL's lines.
+        started = time.perf_counter()
+        grep = subprocess.run(["grep", "-c", "NCCL", str(path)], capture_output=True, text=True,
+                              env={**os.environ, "LC_ALL": "C"}, check=True)
+        grep_elapsed = time.perf_counter() - started
+        grep_lines = int(grep.stdout.strip())
+
         peak = None
         if not args.no_trace:
             tracemalloc.start()
@@ -123,7 +133,16 @@ def main() -> None:
         f"{size / 1e6 / elapsed:.1f} MB/s, {summary.line_count / elapsed:,.0f} lines/s; "
         f"{traced}process max RSS {max_rss_mib:.0f} MiB"
     )
-
+    parser_rate, grep_rate = size / 1e6 / elapsed, size / 1e6 / grep_elapsed
+    rows = [
+        ("nccl.parser (parse_nccl_file)", elapsed, parser_rate, f"{summary.nccl_line_count:,} NCCL lines"),
+        ("floor: grep -c NCCL (LC_ALL=C)", grep_elapsed, grep_rate, f"{grep_lines:,} lines hold NCCL"),
+    ]
+    print(f"\n| same {size / 1e6:.1f} MB file | seconds | MB/s | |\n|---|---:|---:|---|")
+    for name, seconds, rate, note in rows:
+        print(f"| {name} | {seconds:.2f} | {rate:.1f} | {note} |")
+    print(f"RESULT ratio: the floor is {grep_rate / parser_rate:.0f}x the parser's MB/s "
+          f"(parser at {100 * parser_rate / grep_rate:.1f}% of grep's)")
 
 if __name__ == "__main__":
     main()
