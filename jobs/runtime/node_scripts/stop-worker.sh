@@ -10,15 +10,14 @@ if podman container exists "$name" 2>/dev/null; then
     # The ranks first, with a moment to exit on SIGTERM and their agents to record it: kill -1 from
     # inside reaches every process of the container but its first (the sshd), which goes with the
     # container after. The container is known by its unique name, never by a kernel number.
-    podman exec "$name" sh -c 'kill -TERM -1' >/dev/null 2>&1
-    tries=0
-    while [ "$tries" -lt 20 ]; do
-        count=$(podman exec "$name" sh -c 'ls -d /proc/[0-9]* | wc -l' 2>/dev/null || echo 0)
-        # Its first process, the shell counting, and ls itself.
-        [ "$count" -le 3 ] && break
-        tries=$((tries + 1))
-        sleep 0.1
-    done
+    # One exec does the kill and the wait, counting with the shell's own glob: no child process of the
+    # count is in the count, so the first process and this shell are 2 once the ranks are gone.
+    # shellcheck disable=SC2016
+    podman exec "$name" sh -c 'kill -TERM -1 2>/dev/null; tries=0
+        while [ "$tries" -lt 20 ]; do
+            set -- /proc/[0-9]*; [ "$#" -le 2 ] && exit 0
+            tries=$((tries + 1)); sleep 0.1
+        done' >/dev/null 2>&1
     podman rm --force --time 2 "$name" >/dev/null 2>&1
 fi
 
