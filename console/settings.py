@@ -255,7 +255,8 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 # Tasks are acknowledged when taken, not when done. A job's run lasts as long as the job, longer than
 # Redis' visibility timeout, and late acks would hand it to a second worker; they also make the worker
 # crash when Redis restarts under it (kombu restores unacked messages on a dead connection). A run lost
-# with its worker is not lost for the job: the reaper ends it (its heartbeat stops) and frees its nodes.
+# with its worker is not lost for the job: mpirun runs detached in worker-0's container, and the reaper
+# hands a job whose run stopped beating to a live worker, which follows it on (jobs.runtime.launcher).
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -265,7 +266,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
-    "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs", "schedule": 30.0},
+    "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs",
+                           "schedule": float(env_int("REAPER_INTERVAL_SECONDS", 15, minimum=1))},
     # Reach every enabled node, record what it has, and take unreachable ones out of scheduling.
     "check-node-health": {
         "task": "jobs.tasks.check_nodes",
@@ -282,6 +284,12 @@ NODE_WORK_ROOT = env_str("NODE_WORK_ROOT", "/var/lib/training-console/jobs")
 # Where the console builds and keeps the engine images' archives (outside the checkout: they are large
 # and survive a fresh clone); nodes that lack an image get it from here.
 IMAGES_DIR = Path(env_str("CONSOLE_IMAGES_DIR", "/var/lib/training-console/images"))
+# A run's heartbeat silent this long means its console process is gone: another takes the job up.
+RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 30, minimum=5)
+# While a job runs, each worker's container is looked at this often; a node silent for NODE_LOST_SECONDS
+# (or a container gone) fails the job, long before Open MPI's own timeout would.
+WORKER_PROBE_SECONDS = float(env_int("WORKER_PROBE_SECONDS", 5, minimum=1))
+NODE_LOST_SECONDS = float(env_int("NODE_LOST_SECONDS", 30, minimum=5))
 JOB_USER = env_str("JOB_USER", "ma-user")
 JOB_USER_PREFERRED_UID = env_int("JOB_USER_PREFERRED_UID", 1000, minimum=1)
 # Log lines are written in batches so a chatty job costs one transaction per batch, not per line.

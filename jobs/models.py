@@ -319,6 +319,8 @@ FINAL_STATES = {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.TERMINATED, Job
 STOPPABLE_STATES = {JobStatus.CREATING, JobStatus.PENDING, JobStatus.RUNNING}
 # Which states each state may be entered from; anything else is refused.
 ALLOWED_FROM = {
+    # Back to the queue: auto restart of a failed attempt.
+    JobStatus.PENDING: {JobStatus.CREATING, JobStatus.RUNNING},
     JobStatus.CREATING: {JobStatus.PENDING},
     JobStatus.RUNNING: {JobStatus.CREATING},
     JobStatus.COMPLETED: {JobStatus.RUNNING},
@@ -407,12 +409,33 @@ class TrainingJob(models.Model):
     cleanup_report = models.JSONField(default=dict, blank=True)
     # What became of train_url: {state, message, kept_files, kept_bytes, total_files, total_bytes, limit_bytes}.
     outputs_summary = models.JSONField(default=dict, blank=True)
+    # The console process following the run ("host:pid:nonce"); another takes the run over only once
+    # this one's heartbeat is stale, so a run is followed by one process at a time.
+    run_owner = models.CharField(max_length=160, blank=True, editable=False)
+    # How far the run's output files in worker-0's container are stored: per stream, the byte offset
+    # and the reader's state there (jobs.runtime.mpirun_output), updated with the lines it covers.
+    launch_cursor = models.JSONField(default=dict, blank=True, editable=False)
+    # A client's retry of the same submission (the Idempotency-Key header, the form's token) returns this job.
+    idempotency_key = models.CharField(max_length=128, blank=True, editable=False)
+    # Auto restart: how often a job that failed for a restartable reason is run again, and how often it was.
+    max_restarts = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(3)])
+    restart_count = models.PositiveSmallIntegerField(default=0)
+    # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
+    attempt_log_starts = models.JSONField(default=list, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "idempotency_key"], condition=~models.Q(idempotency_key=""),
+                                    name="unique_submission_key"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    @property
+    def attempt(self) -> int:
+        return self.restart_count + 1
 
     @property
     def is_final(self) -> bool:
@@ -479,6 +502,14 @@ class TrainingJob(models.Model):
 
     def fail(self, message: str) -> None:
         self.transition(JobStatus.FAILED, message)
+
+    def requeue_for_restart(self, reason: str, log_seq: int) -> None:
+        """Auto restart: the failed attempt's nodes are freed by the caller; the job queues again as attempt N+1."""
+        attempt = self.restart_count + 2
+        self.transition(JobStatus.PENDING, f"Restarting (attempt {attempt} of {self.max_restarts + 1}): {reason}",
+                        restart_count=self.restart_count + 1, attempt_log_starts=[*self.attempt_log_starts, log_seq],
+                        heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
+                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={})
 
     def mark_abnormal(self, message: str) -> None:
         self.transition(JobStatus.ABNORMAL, message)

@@ -2,14 +2,16 @@
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from functools import partial
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.db import transaction
 
 from jobs import allocation
 from jobs.models import Node
-from jobs.runtime import node_health, reaper, run
+from jobs.runtime import node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
 
 logger = logging.getLogger(__name__)
@@ -39,10 +41,30 @@ def stop_job(job_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def reap_orphaned_jobs() -> list[int]:
-    reaped = reaper.reap_orphaned_jobs()
-    if reaped:
+    result = reaper.reap_orphaned_jobs()
+    for job in result.resumable:
+        resume_job.delay(job.job_id, job.owner, job.heartbeat_at.isoformat() if job.heartbeat_at else None)
+    if result.ended:
         dispatch_pending_jobs.delay()
-    return reaped
+    return result.ended
+
+
+@shared_task(ignore_result=True)
+def resume_job(job_id: int, seen_owner: str, seen_heartbeat: str | None) -> None:
+    """Follow on a Running job whose console process went away (see jobs.runtime.takeover)."""
+    try:
+        takeover.resume_run(job_id, seen_owner, datetime.fromisoformat(seen_heartbeat) if seen_heartbeat else None)
+    finally:
+        dispatch_pending_jobs.delay()
+
+
+@worker_ready.connect
+def take_up_lost_runs(**_) -> None:
+    """A worker that starts (after a crash, a deploy) looks for runs to take up at once, not at the next beat."""
+    try:
+        reap_orphaned_jobs.delay()
+    except Exception:  # noqa: BLE001 - the periodic reaper catches up
+        logger.warning("could not queue the reaper at start", exc_info=True)
 
 
 def wake_dispatcher() -> None:

@@ -40,7 +40,9 @@ class LogSink:
         self.dropped = 0
         self.capped = False
         self.handing_over = asyncio.Lock()
-        self.queue: asyncio.Queue[tuple[list[LogRecord], int]] = asyncio.Queue(maxsize=PENDING_BATCHES)
+        self.queue: asyncio.Queue[tuple[list[LogRecord], int, dict | None]] = asyncio.Queue(maxsize=PENDING_BATCHES)
+        # Where the reader stands after the lines added last (see add_many); stored with their batch.
+        self.mark: dict | None = None
         self.failure: BaseException | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.tasks: list[asyncio.Task] = []
@@ -64,7 +66,10 @@ class LogSink:
     async def add(self, record: LogRecord) -> None:
         await self.add_many([record])
 
-    async def add_many(self, records: list[LogRecord]) -> None:
+    async def add_many(self, records: list[LogRecord], mark: dict | None = None) -> None:
+        """Add lines; `mark` says where their reader stands once they are read, and is stored in the same
+        transaction as they are (TrainingJob.launch_cursor), so a reader that resumes from it neither
+        misses nor repeats a line."""
         if self.failure is not None:
             raise self.failure
         if self.capped:
@@ -72,6 +77,8 @@ class LogSink:
             self.dropped += len(records) - len(kept)
             records = kept
         self.batch.extend(records)
+        if mark is not None:
+            self.mark = mark
         if len(self.batch) >= self.batch_lines:
             await self._hand_over()
 
@@ -87,8 +94,9 @@ class LogSink:
         async with self.handing_over:
             batch, self.batch = self.batch, []
             dropped, self.dropped = self.dropped, 0
-            if (batch or dropped) and self.failure is None:
-                await self.queue.put((batch, dropped))
+            mark, self.mark = self.mark, None
+            if (batch or dropped or mark is not None) and self.failure is None:
+                await self.queue.put((batch, dropped, mark))
 
     async def _tick(self) -> None:
         while True:
@@ -98,9 +106,9 @@ class LogSink:
     async def _write_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch, dropped = await self.queue.get()
+            batch, dropped, mark = await self.queue.get()
             try:
-                result = await self._store(loop, batch, dropped)
+                result = await self._store(loop, batch, dropped, mark)
                 self.capped = self.capped or result.capped
             except Exception as error:  # noqa: BLE001 - the readers must learn of it, not hang on a full queue
                 self.failure = error
@@ -108,12 +116,13 @@ class LogSink:
             finally:
                 self.queue.task_done()
 
-    async def _store(self, loop: asyncio.AbstractEventLoop, batch: list[LogRecord], dropped: int) -> StoreResult:
+    async def _store(self, loop: asyncio.AbstractEventLoop, batch: list[LogRecord], dropped: int,
+                     mark: dict | None) -> StoreResult:
         # A database that is briefly away (locked, restarting) pauses the output instead of losing it.
         delays = iter(STORE_RETRY_SECONDS)
         while True:
             try:
-                return await loop.run_in_executor(self.executor, store_lines, self.job_id, batch, dropped)
+                return await loop.run_in_executor(self.executor, store_lines, self.job_id, batch, dropped, mark)
             except (OperationalError, InterfaceError) as error:
                 delay = next(delays, None)
                 if delay is None:

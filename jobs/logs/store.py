@@ -73,13 +73,16 @@ def cap_note(cap: int) -> str:
             "the job keeps running.")
 
 
-def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0) -> StoreResult:
+def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
+                launch_cursor: dict | None = None) -> StoreResult:
     """Store records after the job's last line, under its log cap.
 
     The job row is locked while numbering, so writers in several processes (the launcher, a stop
     request) interleave whole batches and never reuse a number. The platform's own lines are always
     stored; the program's output stops at the cap, where one system line says so. `dropped_before`
     counts output lines a writer already kept out on its own after learning the cap was reached.
+    `launch_cursor`, when given, is where the reader of the run's output stands after these records,
+    kept in the same transaction.
     """
     with transaction.atomic():
         job = (TrainingJob.objects.select_for_update().filter(pk=job_id)
@@ -102,9 +105,10 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0) 
         start = job["log_line_count"]
         _insert_lines(job_id, start, rows)
         last = start + len(rows)
-        TrainingJob.objects.filter(pk=job_id).update(
-            log_line_count=last, log_bytes=used, log_lines_dropped=dropped, log_cap_bytes=cap
-        )
+        fields = {"log_line_count": last, "log_bytes": used, "log_lines_dropped": dropped, "log_cap_bytes": cap}
+        if launch_cursor is not None:
+            fields["launch_cursor"] = launch_cursor
+        TrainingJob.objects.filter(pk=job_id).update(**fields)
     if rows:
         transaction.on_commit(lambda: JobProgressPublisher(job_id).log_appended(last))
     return StoreResult(last_seq=last, capped=dropped > 0)

@@ -1,56 +1,199 @@
-"""Launch: run the background command on worker-0 and stream every rank's output into the job's log."""
+"""Launch: mpirun started detached in worker-0's container, its output followed by byte offset into the log.
+
+mpirun does not hang on the console's SSH session: run-mpirun.sh starts it in a session of its own,
+with its stdout and stderr in files of the container's run folder (rank tags kept) and its exit status
+in a third. The console follows the two files from byte offsets that are stored with the lines they
+cover (TrainingJob.launch_cursor, see LogSink.add_many), so a console process that takes up a Running
+job after another one went away (a crash, a deploy, a reboot of its host) goes on where the stored log
+ends: no line lost, none stored twice. A session that is cut is simply followed again.
+"""
 
 import asyncio
+import codecs
+import logging
 import shlex
-import signal as signals
+from dataclasses import dataclass
+from typing import TypedDict, cast
 
 import asyncssh
 from django.conf import settings
 
 from jobs.launch.plan import JobPlan
 from jobs.logs.sink import LogSink
+from jobs.logs.store import LogRecord
 from jobs.models import LogStream
-from jobs.runtime.mpirun_output import MpirunOutput
-from jobs.runtime.ssh import connect
+from jobs.runtime.containers import CONTAINER_HOME
+from jobs.runtime.mpirun_output import MpirunOutput, ReaderState
+from jobs.runtime.preparation import NODE_SCRIPTS
+from jobs.runtime.ssh import NodeError, connect, run_checked
 from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
 
+logger = logging.getLogger(__name__)
 
-async def _pump(output: BoundedOutput, plan: JobPlan, sink: LogSink) -> None:
-    """mpirun's stdout and stderr, each read back into its ranks' lines, into the sink until the session ends."""
-    streams = {STDOUT: MpirunOutput(LogStream.STDOUT, plan.rank_workers, settings.LOG_LINE_MAX_BYTES),
-               STDERR: MpirunOutput(LogStream.STDERR, plan.rank_workers, settings.LOG_LINE_MAX_BYTES)}
-    # Ends when the channel closes: mpirun exited, or the container went away under us (a stop, a
-    # lost node); what was read is kept either way.
-    while (chunk := await output.read()) is not None:
-        data, datatype = chunk
-        await sink.add_many(streams.get(datatype, streams[STDOUT]).feed(data))
-    for stream in streams.values():
-        await sink.add_many(stream.finish())
+RUN_DIR = f"{CONTAINER_HOME}/.console/run"
+RUN_SCRIPT = (NODE_SCRIPTS / "run-mpirun.sh").read_text()
+ENDED_WITHOUT_STATUS = 76
+FOLLOW_RETRY_SECONDS = 1.0
+# Once the job is being stopped, how long the follow waits for mpirun's end before giving up on it
+# (the node of worker-0 may be the one that stopped answering).
+STOP_GRACE_SECONDS = 20.0
 
 
-async def launch(plan: JobPlan, sink: LogSink) -> int | None:
-    """Run mpirun on worker-0; return its exit code, or None when the session was cut before it ended."""
-    worker0 = plan.workers[0]
-    connection = await connect(plan.container_target(worker0))
-    async with sink, connection:
-        command = f"cd {shlex.quote(plan.working_dir)} && exec {shlex.join(plan.argv)}"
-        channel, output = await connection.create_session(BoundedOutput, command, encoding="utf-8", errors="replace")
-        await _pump(output, plan, sink)
+class StreamCursor(TypedDict):
+    offset: int
+    reader: ReaderState
+
+
+class LaunchCursor(TypedDict, total=False):
+    """Where the follow stands in each of mpirun's output files (kept in TrainingJob.launch_cursor)."""
+
+    stdout: StreamCursor
+    stderr: StreamCursor
+
+
+class FollowedFile:
+    """One of mpirun's output files, read from a byte offset: decoded, split into ranks' lines, and where it stands."""
+
+    def __init__(self, stream: str, plan: JobPlan, cursor: StreamCursor | None):
+        self.lines = MpirunOutput(stream, plan.rank_workers, settings.LOG_LINE_MAX_BYTES)
+        self.offset = 0
+        if cursor:
+            self.offset = int(cursor.get("offset", 0))
+            self.lines.restore(cursor.get("reader") or {})
+        self.reopen()
+
+    def reopen(self) -> None:
+        """Read again from the offset (a new session): what the decoder held is read again from there."""
+        self.start, self.received = self.offset, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, data: bytes) -> list[LogRecord]:
+        records = self.lines.feed(self.decoder.decode(data))
+        self.received += len(data)
+        held, _ = self.decoder.getstate()
+        self.offset = self.start + self.received - len(held)
+        return records
+
+    def finish(self) -> list[LogRecord]:
+        records = self.lines.feed(self.decoder.decode(b"", final=True)) + self.lines.finish()
+        self.offset = self.start + self.received
+        return records
+
+    def cursor(self) -> StreamCursor:
+        return {"offset": self.offset, "reader": self.lines.snapshot()}
+
+
+@dataclass(frozen=True)
+class FollowEnd:
+    """How one follow session ended: mpirun's exit status, mpirun ended without one, or the session was cut."""
+
+    ended: bool
+    exit_code: int | None = None
+
+
+CUT = FollowEnd(ended=False)
+
+
+class Follow:
+    """Start mpirun on worker-0 (once) and follow its output until it ends, across cut sessions."""
+
+    def __init__(self, plan: JobPlan, sink: LogSink, cursor: LaunchCursor | None, stopping: asyncio.Event):
+        self.plan = plan
+        self.sink = sink
+        self.stopping = stopping
+        cursor = cursor or {}
+        self.files = {STDOUT: FollowedFile(LogStream.STDOUT, plan, cursor.get("stdout")),
+                      STDERR: FollowedFile(LogStream.STDERR, plan, cursor.get("stderr"))}
+
+    def cursor(self) -> LaunchCursor:
+        return {"stdout": self.files[STDOUT].cursor(), "stderr": self.files[STDERR].cursor()}
+
+    async def run(self) -> int | None:
+        """mpirun's exit code; None when it ended without one (it was killed) or the job was stopped meanwhile."""
+        started = False
+        target = self.plan.container_target(self.plan.workers[0])
+        while True:
+            end = CUT
+            try:
+                connection = await connect(target)
+            except NodeError as error:
+                logger.info("job %s: following mpirun: %s", self.plan.job_id, error)
+            else:
+                async with connection:
+                    if not started:
+                        await self.start(connection)
+                        started = True
+                    end = await self.follow_once(connection)
+            if end.ended:
+                return end.exit_code
+            if self.stopping.is_set():
+                return None
+            try:
+                await asyncio.wait_for(self.stopping.wait(), FOLLOW_RETRY_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def start(self, connection: asyncssh.SSHClientConnection) -> None:
+        """Start mpirun; a start that already happened (the run is being taken up again) does nothing."""
+        await run_checked(connection, "worker-0", "starting mpirun",
+                          ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", RUN_DIR, self.plan.working_dir,
+                           *self.plan.argv])
+
+    async def follow_once(self, connection: asyncssh.SSHClientConnection) -> FollowEnd:
+        out, err = self.files[STDOUT], self.files[STDERR]
+        out.reopen()
+        err.reopen()
+        command = shlex.join(["sh", "-c", RUN_SCRIPT, "run-mpirun", "follow", RUN_DIR, str(out.offset), str(err.offset)])
         try:
-            await asyncio.wait_for(channel.wait_closed(), timeout=10)
-        except (TimeoutError, asyncssh.Error, OSError):
-            pass
+            channel, output = await connection.create_session(BoundedOutput, command, encoding=None)
+        except (OSError, asyncssh.Error) as error:
+            logger.info("job %s: following mpirun: %s", self.plan.job_id, error)
+            return CUT
+        pump = asyncio.create_task(self.pump(cast(BoundedOutput, output)))
+        stop_seen = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait([pump, stop_seen], return_when=asyncio.FIRST_COMPLETED)
+            if not pump.done():
+                # Stopping: the teardown ends mpirun, and with it this session, unless worker-0 is gone.
+                done, _ = await asyncio.wait([pump], timeout=STOP_GRACE_SECONDS)
+                if not done:
+                    channel.close()
+                    pump.cancel()
+                    return CUT
+            await pump
+            try:
+                await asyncio.wait_for(channel.wait_closed(), timeout=10)
+            except (TimeoutError, asyncssh.Error, OSError):
+                pass
+        finally:
+            stop_seen.cancel()
         status = channel.get_exit_status()
-        signal = channel.get_exit_signal()
-    if status is not None and status >= 0:
-        return status
-    if signal:
-        return 128 + _signal_number(signal[0])
-    return None
+        if status == 0:
+            code = await run_checked(connection, "worker-0", "reading mpirun's exit status",
+                                     ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", RUN_DIR])
+            await self.finish()
+            return FollowEnd(ended=True, exit_code=int(code.strip()))
+        if status == ENDED_WITHOUT_STATUS:
+            await self.finish()
+            return FollowEnd(ended=True)
+        return CUT
+
+    async def pump(self, output: BoundedOutput) -> None:
+        """Each chunk into its file's lines, stored with where the follow then stands."""
+        while (chunk := await output.read()) is not None:
+            data, datatype = chunk
+            followed = self.files.get(datatype, self.files[STDOUT])
+            records = followed.feed(data if isinstance(data, bytes) else data.encode())
+            await self.sink.add_many(records, mark=dict(self.cursor()))
+
+    async def finish(self) -> None:
+        """mpirun has ended and all it wrote is read: the lines that never got their newline are kept too."""
+        for followed in self.files.values():
+            await self.sink.add_many(followed.finish(), mark=dict(self.cursor()))
 
 
-def _signal_number(name: str) -> int:
-    try:
-        return int(getattr(signals, f"SIG{name}"))
-    except (AttributeError, TypeError):
-        return 0
+async def launch(plan: JobPlan, sink: LogSink, cursor: LaunchCursor | None = None,
+                 stopping: asyncio.Event | None = None) -> int | None:
+    """Run mpirun on worker-0 and follow it to its end; its exit code, or None when it ended without one."""
+    async with sink:
+        return await Follow(plan, sink, cursor, stopping or asyncio.Event()).run()

@@ -59,11 +59,15 @@ StopCallback = Callable[[str, str], Coroutine[Any, Any, None]]
 
 class RunMonitor:
     def __init__(self, job_id: int, rank_workers: Sequence[int], node_names: dict[int, str],
-                 request_stop: StopCallback, started: datetime | None = None):
+                 request_stop: StopCallback, started: datetime | None = None,
+                 not_running: asyncio.Event | None = None):
         self.job_id = job_id
         self.rank_workers = rank_workers
         self.node_names = node_names
         self.request_stop = request_stop
+        # Set once the job is seen out of Running (a stop from anywhere), for the launch to wind up.
+        self.not_running = not_running
+        self.status: str = JobStatus.RUNNING
         started = started or timezone.now()
         # A rank that has printed nothing yet has been silent since the launch.
         self.last_heard = {rank: started for rank in range(len(rank_workers))}
@@ -80,6 +84,8 @@ class RunMonitor:
             except Exception:  # noqa: BLE001 - a monitor hiccup must not end the job; the next tick retries
                 logger.exception("job %s: monitor tick failed", self.job_id)
                 request = None
+            if self.not_running is not None and self.status != JobStatus.RUNNING:
+                self.not_running.set()
             if request and self.stop_task is None:
                 # Its own task: the teardown it starts must not be cut short when the monitor is cancelled.
                 self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
@@ -104,6 +110,7 @@ class RunMonitor:
     def tick(self) -> StopRequest | None:
         self.read_new_lines()
         job = cast(WatchedJob, TrainingJob.objects.filter(pk=self.job_id).values(*WatchedJob.__annotations__).get())
+        self.status = job["status"]
         if job["status"] != JobStatus.RUNNING:
             return None
         now = timezone.now()

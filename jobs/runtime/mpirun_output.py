@@ -15,6 +15,7 @@ Each rank's unfinished line is held up to a limit, so memory does not grow with 
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TypedDict
 
 from django.utils import timezone
 
@@ -29,6 +30,14 @@ LONGEST_TAG = 48
 CUT_MARK = " …[line cut]"
 
 
+class ReaderState(TypedDict, total=False):
+    """An MpirunOutput between two chunks (kept in TrainingJob.launch_cursor)."""
+
+    carry: str
+    current: list | None  # [rank, stream], or None for mpirun's own text
+    pending: list[list]  # [rank or None, stream or None, the line's text so far]
+
+
 class MpirunOutput:
     """One of mpirun's output streams (its stdout or its stderr), fed in chunks of any size."""
 
@@ -40,6 +49,23 @@ class MpirunOutput:
         self.current: tuple[int, str] | None = None
         self.pending: dict[tuple[int, str] | None, str] = {}
         self.carry = ""
+
+    def snapshot(self) -> "ReaderState":
+        """What this reader holds between two chunks, so that another process can go on from here."""
+        return {
+            "carry": self.carry,
+            "current": list(self.current) if self.current else None,
+            "pending": [[key[0] if key else None, key[1] if key else None, text] for key, text in self.pending.items()],
+        }
+
+    def restore(self, state: "ReaderState") -> None:
+        self.carry = state.get("carry", "")
+        current = state.get("current")
+        self.current = (int(current[0]), str(current[1])) if current else None
+        self.pending = {
+            (None if rank is None else (int(rank), str(stream))): str(text)
+            for rank, stream, text in state.get("pending", [])
+        }
 
     def feed(self, chunk: str) -> list[LogRecord]:
         at = timezone.now()  # one reading per chunk: its lines arrived together

@@ -1,8 +1,13 @@
 """A job's run once it has nodes: plan, prepare the containers, launch, collect, tear down, settle.
 
-The Celery task calls run_allocated_job; each step lives in its own module. Beside the launch runs
-the monitor (metrics, watchdog, auto stop); after it come the outputs, then the teardown, whose
-findings (each rank's end, what was left on each node) go with the "why it failed" card.
+The Celery task calls run_allocated_job; each step lives in its own module. Beside the launch run
+the monitor (metrics, watchdog, auto stop) and the worker watch (a lost node or container fails the
+job); after it come the outputs, then the teardown, whose findings (each rank's end, what was left on
+each node) go with the "why it failed" card.
+
+One console process follows a run at a time: the one named in the job's run_owner, which keeps the
+heartbeat. mpirun does not depend on that process (see jobs.runtime.launcher): when it goes away,
+jobs.runtime.takeover gives the job to another, which runs `JobRun.execute(resume=True)`.
 
 Each run gets its own asgiref ThreadSensitiveContext: without it every sync_to_async call of every
 run in the worker process queues on asgiref's one process-wide thread, and one run's slow database
@@ -11,8 +16,11 @@ work delays the others' heartbeats.
 
 import asyncio
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
@@ -27,7 +35,8 @@ from jobs.models import JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Wo
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
 from jobs.runtime.ending import move, record_teardown, settle, unclean_workers
-from jobs.runtime.launcher import launch
+from jobs.runtime.launcher import LaunchCursor, launch
+from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.outputs import collect_outputs
 from jobs.runtime.preparation import prepare_all
@@ -65,8 +74,16 @@ def _set_worker(job_id: int, index: int, state: str, message: str) -> None:
     Worker.objects.filter(job_id=job_id, index=index).update(state=state, message=message)
 
 
-def _touch_heartbeat(job_id: int) -> None:
-    TrainingJob.objects.filter(pk=job_id).update(heartbeat_at=timezone.now())
+def _touch_heartbeat(job_id: int, owner: str = "") -> bool:
+    """Beat for the run; False once another process has taken the run over."""
+    jobs = TrainingJob.objects.filter(pk=job_id)
+    if owner:
+        jobs = jobs.filter(run_owner=owner)
+    return jobs.update(heartbeat_at=timezone.now()) > 0
+
+
+def _launch_cursor(job_id: int) -> LaunchCursor:
+    return cast(LaunchCursor, TrainingJob.objects.values_list("launch_cursor", flat=True).get(pk=job_id) or {})
 
 
 def _close_connection() -> None:
@@ -96,11 +113,20 @@ async def in_database(function: Callable[..., T], *args: object) -> T:
 class JobRun:
     """The async part of a job's run. Database work goes through sync_to_async, in the job's order."""
 
-    def __init__(self, plan: JobPlan):
+    def __init__(self, plan: JobPlan, owner: str = ""):
         self.plan = plan
         self.job_id = plan.job_id
+        self.owner = owner
         # Workers whose preparation failed keep saying so after the teardown.
         self.failed_workers: set[int] = set()
+        # Set once the job stops running (a stop, a lost worker): the follow of mpirun winds up.
+        self.stopping = asyncio.Event()
+        # Workers lost mid-run (worker index -> what was seen), found by the worker watch.
+        self.lost: dict[int, str] = {}
+        # Another process took the run over (this one was thought gone): it must not end the job.
+        self.disowned = False
+        self.main: asyncio.Task | None = None
+        self.losing: asyncio.Task | None = None
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -115,7 +141,12 @@ class JobRun:
         """Touch the job's heartbeat while the run lives; a database that is briefly away must not end it."""
         while True:
             try:
-                await in_database(_touch_heartbeat, self.job_id)
+                if not await in_database(_touch_heartbeat, self.job_id, self.owner):
+                    logger.warning("job %s: its run was taken over by another process; this one lets go", self.job_id)
+                    self.disowned = True
+                    if self.main is not None:
+                        self.main.cancel()
+                    return
             except Exception as error:  # noqa: BLE001 - a database error or any other: the beat goes on
                 # Left dead, the heartbeat would go stale and the reaper would end a healthy job.
                 logger.warning("job %s: heartbeat failed (%s); trying again in %s s", self.job_id, error,
@@ -123,28 +154,36 @@ class JobRun:
                 await in_database(close_old_connections)
             await asyncio.sleep(HEARTBEAT_SECONDS)
 
-    async def execute(self) -> None:
-        outcome, exit_code, message = RunOutcome.ABNORMAL, None, "the run ended unexpectedly"
-        launched = False
+    async def execute(self, resume: bool = False) -> None:
+        """The whole run; `resume`: the job is Running and its mpirun was started by a process now gone."""
+        self.main = asyncio.current_task()
+        outcome: str = RunOutcome.ABNORMAL
+        exit_code, message = None, "the run ended unexpectedly"
+        launched = resume
         heartbeat = asyncio.create_task(self.beat())
         try:
-            await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
-            await prepare_all(self.plan, self.report_worker)
-            if await in_database(_status, self.job_id) != JobStatus.CREATING or \
-                    not await in_database(move, self.job_id, TrainingJob.start):
-                outcome, message = RunOutcome.STOPPED, "stopped before launch"
-                await self.say("Stopped before the launch: ending the containers")
+            if resume:
+                await self.say("Following the job again after the console process that ran it went away")
+                exit_code = await self.launch_watched(await in_database(_launch_cursor, self.job_id))
+                outcome, message = self.outcome_of(exit_code)
             else:
-                await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
-                launched = True
-                exit_code = await self.launch_watched()
-                if exit_code is None:
-                    outcome, message = RunOutcome.ABNORMAL, "the launch session on worker-0 was cut"
-                    await self.say("The launch session on worker-0 was cut before mpirun ended")
+                await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
+                await prepare_all(self.plan, self.report_worker)
+                if await in_database(_status, self.job_id) != JobStatus.CREATING or \
+                        not await in_database(move, self.job_id, TrainingJob.start):
+                    outcome, message = RunOutcome.STOPPED, "stopped before launch"
+                    await self.say("Stopped before the launch: ending the containers")
                 else:
-                    outcome, message = RunOutcome.EXIT, ""
-                    await self.say(f"Training end with return code: {exit_code}")
+                    await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
+                    launched = True
+                    exit_code = await self.launch_watched()
+                    outcome, message = self.outcome_of(exit_code)
+            if launched:
+                await self.say(message or f"Training end with return code: {exit_code}")
                 await self.collect_outputs()
+        except asyncio.CancelledError:
+            if not self.disowned:
+                raise
         except NodeError as error:
             outcome, message = RunOutcome.FAILED, str(error)
             await self.say(message)
@@ -153,7 +192,20 @@ class JobRun:
             outcome, message = RunOutcome.ABNORMAL, f"internal error: {error!r}"
             await self.say(message)
         finally:
-            await self.end(outcome, exit_code, message, launched, heartbeat)
+            if self.disowned:
+                heartbeat.cancel()
+            else:
+                await self.end(outcome, exit_code, message, launched, heartbeat)
+
+    def outcome_of(self, exit_code: int | None) -> tuple[str, str]:
+        """The run's outcome once mpirun is over: a lost worker fails the job whatever mpirun said, but a 0."""
+        if self.lost and exit_code != 0:
+            index = min(self.lost)
+            node = self.plan.node_names().get(index, "")
+            return RunOutcome.FAILED, f"worker-{index} ({node}) was lost mid-run: {self.lost[index]}"
+        if exit_code is None:
+            return RunOutcome.ABNORMAL, "mpirun on worker-0 ended without an exit status"
+        return RunOutcome.EXIT, ""
 
     async def end(self, outcome: str, exit_code: int | None, message: str, launched: bool,
                   heartbeat: asyncio.Task[None]) -> None:
@@ -163,6 +215,7 @@ class JobRun:
             results = await self.tear_down()
             # A node that cannot be reached after the launch began was lost mid-job.
             lost = {result.index: result.error for result in results if result.error} if launched else {}
+            lost.update(self.lost)
             await in_database(record_failure, self.job_id, outcome, exit_code, message, lost, self.plan.rank_workers)
         except Exception:  # noqa: BLE001 - the job must still end and its nodes be freed
             logger.exception("job %s: recording the end failed", self.job_id)
@@ -173,14 +226,35 @@ class JobRun:
                 # If settling failed too, the stale heartbeat hands the job to the reaper.
                 heartbeat.cancel()
 
-    async def launch_watched(self) -> int | None:
-        """The launch, with the monitor beside it for as long as it runs."""
-        monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console)
+    async def launch_watched(self, cursor: LaunchCursor | None = None) -> int | None:
+        """The launch, with the monitor and the worker watch beside it for as long as it runs."""
+        monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console,
+                             not_running=self.stopping)
         watching = asyncio.create_task(monitor.run())
+        workers = asyncio.create_task(WorkerWatch(self.plan.workers, self.lose_workers).run())
         try:
-            return await launch(self.plan, LogSink(self.job_id))
+            return await launch(self.plan, LogSink(self.job_id), cursor, self.stopping)
         finally:
+            workers.cancel()
+            await asyncio.gather(workers, return_exceptions=True)
+            if self.losing is not None:
+                await asyncio.gather(self.losing, return_exceptions=True)
             await monitor.finish(watching)
+
+    async def lose_workers(self, lost: dict[int, str]) -> None:
+        # Its own task: ending the other containers must not be cut short when the launch returns.
+        self.losing = asyncio.create_task(self.end_lost_run(lost))
+
+    async def end_lost_run(self, lost: dict[int, str]) -> None:
+        """Workers gone mid-run fail the job: the others are ended now, not when Open MPI's timeout runs out."""
+        if await in_database(_status, self.job_id) != JobStatus.RUNNING:
+            return  # being stopped: a container that goes is what was asked for
+        self.lost = lost
+        for index, why in sorted(lost.items()):
+            await self.say(f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}; "
+                           "ending the job's other containers", index)
+        self.stopping.set()
+        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
 
     async def stop_from_console(self, reason: str, message: str) -> None:
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
@@ -235,7 +309,11 @@ def run_allocated_job(job_id: int) -> None:
         service_line(job_id, "Stopped before its containers were started")
         settle(job_id, RunOutcome.STOPPED, None, "stopped before launch", [])
         return
-    if job.status != JobStatus.CREATING:
+    owner = new_owner()
+    # One run per job: a second delivery of the task, or a run already taken up elsewhere, finds it owned.
+    claimed = TrainingJob.objects.filter(pk=job_id, status=JobStatus.CREATING, run_owner="").update(
+        run_owner=owner, heartbeat_at=timezone.now())
+    if not claimed:
         return
     try:
         plan = plan_allocated_job(job)
@@ -246,7 +324,12 @@ def run_allocated_job(job_id: int) -> None:
         release_nodes(job_id)
         move(job_id, lambda stuck: stuck.fail(reason))
         return
-    asyncio.run(in_own_context(JobRun(plan).execute()))
+    asyncio.run(in_own_context(JobRun(plan, owner).execute()))
+
+
+def new_owner() -> str:
+    """This process, as run_owner names it: host, pid, and a nonce (a pid is reused, the nonce is not)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def stop_running_job(job_id: int) -> None:

@@ -48,6 +48,8 @@ class FakeNodes:
         monkeypatch.setattr(run, "launch", self.launch)
         monkeypatch.setattr(run, "teardown_all", self.teardown_all)
         monkeypatch.setattr(run, "collect_outputs", self.collect_outputs)
+        monkeypatch.setattr(run, "WorkerWatch", self.worker_watch)
+        self.lose: dict[int, str] = {}  # workers the watch finds lost while mpirun runs
 
     async def prepare_all(self, plan, report):
         for worker in plan.workers:
@@ -66,11 +68,25 @@ class FakeNodes:
             raise error
         return [ContainerStarted(worker.index, f"container-{worker.index}") for worker in plan.workers]
 
-    async def launch(self, plan, sink):
+    async def launch(self, plan, sink, cursor=None, stopping=None):
         self.launches += 1
+        self.cursor = cursor
         async with sink:
             await sink.add_many(self.output)
+            if self.lose:
+                await self.on_lost(self.lose)
+                await stopping.wait()
         return self.exit_status
+
+    def worker_watch(self, workers, on_lost):
+        """The watch, idle: the fake launch reports the workers in `lose` lost through its callback."""
+        self.on_lost = on_lost
+
+        class Idle:
+            async def run(self):
+                await asyncio.Event().wait()
+
+        return Idle()
 
     async def teardown_all(self, workers):
         self.teardowns.append([worker.index for worker in workers])
@@ -165,19 +181,87 @@ def test_a_job_stopped_while_its_containers_start_is_never_launched_and_ends_ter
                                   *TORN_DOWN]
 
 
-def test_a_job_whose_launch_session_is_cut_ends_abnormal_and_says_so(nodes, job):
+def test_a_job_whose_mpirun_ends_without_an_exit_status_ends_abnormal_and_says_so(nodes, job):
     nodes.exit_status = None
 
     job = run_job(job)
 
-    message = "the launch session on worker-0 was cut"
+    message = "mpirun on worker-0 ended without an exit status"
     assert (job.status, job.status_message, job.exit_code) == (JobStatus.ABNORMAL, message, None)
     assert job.failure["kind"] == "abnormal" and job.failure["title"] == message
     assert nodes.launches == 1 and nodes.teardowns == [[0, 1]]
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert worker_states(job) == STOPPED_WORKERS
-    assert service_lines(job) == [*PREPARING, *READY, (None, "Launching: mpirun on worker-0"),
-                                  (None, "The launch session on worker-0 was cut before mpirun ended"), *TORN_DOWN]
+    assert service_lines(job) == [*PREPARING, *READY, (None, "Launching: mpirun on worker-0"), (None, message),
+                                  *TORN_DOWN]
+
+
+def test_a_worker_lost_mid_run_fails_the_job_with_the_card_naming_the_worker_and_its_node(nodes, job):
+    nodes.exit_status = None
+    nodes.lose = {1: "its container job-x-worker-1 is gone"}
+
+    job = run_job(job)
+
+    message = "worker-1 (node-b) was lost mid-run: its container job-x-worker-1 is gone"
+    assert (job.status, job.status_message) == (JobStatus.FAILED, message)
+    assert job.failure["kind"] == "node_lost" and job.failure["title"] == "A node was lost mid-job: node-b"
+    assert "worker-1: its container job-x-worker-1 is gone" in job.failure["hints"]
+    assert nodes.teardowns == [[0, 1], [0, 1]], "the others are ended at once, then the run's own teardown"
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+    assert (1, "worker-1 (node-b) was lost: its container job-x-worker-1 is gone; ending the job's other containers") \
+        in service_lines(job)
+
+
+def test_a_worker_lost_while_the_job_is_being_stopped_is_what_was_asked_for(nodes, job):
+    nodes.exit_status = None
+    nodes.lose = {1: "its container is gone"}
+    nodes.output = []
+    original = nodes.launch
+
+    async def stop_then_launch(plan, sink, cursor=None, stopping=None):
+        await sync_to_async(lambda: TrainingJob.objects.get(pk=plan.job_id).terminate())()
+        stopping.set()
+        return await original(plan, sink, cursor, stopping)
+
+    run.launch = stop_then_launch  # undone by the fixture's monkeypatch of the same name
+    job = run_job(job)
+
+    assert (job.status, job.status_message) == (JobStatus.TERMINATED, "Stopped by the user")
+    assert nodes.teardowns == [[0, 1]]
+
+
+def test_a_run_taken_up_again_skips_preparation_and_follows_from_the_stored_cursor(nodes, job):
+    plan = plan_allocated_job(job)
+    TrainingJob.objects.get(pk=job.pk).start()
+    cursor = {"stdout": {"offset": 120, "reader": {}}, "stderr": {"offset": 7, "reader": {}}}
+    TrainingJob.objects.filter(pk=job.pk).update(launch_cursor=cursor, run_owner="new:1:ab")
+
+    asyncio.run(in_own_context(JobRun(plan, "new:1:ab").execute(resume=True)))
+
+    job.refresh_from_db()
+    assert nodes.prepared == [] and nodes.launches == 1 and nodes.cursor == cursor
+    assert (job.status, job.exit_code) == (JobStatus.COMPLETED, 0)
+    assert service_lines(job)[0] == (None, "Following the job again after the console process that ran it went away")
+
+
+def test_a_run_whose_job_another_process_took_over_lets_go_without_ending_it(nodes, job, monkeypatch):
+    monkeypatch.setattr(run, "HEARTBEAT_SECONDS", 0.05)
+    plan = plan_allocated_job(job)
+    TrainingJob.objects.filter(pk=job.pk).update(run_owner="old:1:ab")
+    TrainingJob.objects.get(pk=job.pk).start()
+
+    async def taken_over_meanwhile(plan, sink, cursor=None, stopping=None):
+        await sync_to_async(lambda: TrainingJob.objects.filter(pk=plan.job_id).update(run_owner="new:2:cd"))()
+        await asyncio.sleep(5)
+        raise AssertionError("the run should have let go")
+
+    monkeypatch.setattr(run, "launch", taken_over_meanwhile)
+    asyncio.run(in_own_context(JobRun(plan, "old:1:ab").execute(resume=True)))
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.run_owner == "new:2:cd"
+    assert nodes.teardowns == []
+    assert Node.objects.filter(allocated_to=job).count() == 2
 
 
 def test_a_node_that_cannot_be_reached_after_mpirun_fails_is_named_as_lost_and_kept_out_of_service(nodes, job):
@@ -258,7 +342,7 @@ def test_the_heartbeat_survives_any_error_of_its_database_step(monkeypatch):
 
     calls = []
 
-    def broken(job_id):
+    def broken(job_id, owner=""):
         calls.append(job_id)
         raise RuntimeError("not a database error")
 
@@ -268,7 +352,7 @@ def test_the_heartbeat_survives_any_error_of_its_database_step(monkeypatch):
     still_beating = []
 
     async def beating():
-        task = asyncio.create_task(JobRun(type("Plan", (), {"job_id": 1})()).beat())
+        task = asyncio.create_task(JobRun(type("Plan", (), {"job_id": 1})()).beat())  # type: ignore[arg-type]
         await asyncio.sleep(0.2)
         still_beating.append(not task.done())
         task.cancel()

@@ -44,7 +44,7 @@ def beat_times(monkeypatch):
     """When the heartbeat reached the database; the touch itself is kept out, only its timing matters here."""
     times: list[float] = []
     monkeypatch.setattr(run, "HEARTBEAT_SECONDS", BEAT)
-    monkeypatch.setattr(run, "_touch_heartbeat", lambda job_id: times.append(time.monotonic()))
+    monkeypatch.setattr(run, "_touch_heartbeat", lambda job_id, owner="": times.append(time.monotonic()) or True)
     return times
 
 
@@ -63,10 +63,11 @@ def test_one_runs_slow_database_work_does_not_delay_another_runs_heartbeat(beat_
 def test_the_heartbeat_goes_on_after_database_errors_and_says_so(monkeypatch, caplog):
     calls: list[float] = []
 
-    def flaky_touch(job_id: int) -> None:
+    def flaky_touch(job_id: int, owner: str = "") -> bool:
         calls.append(time.monotonic())
         if len(calls) <= 2:
             raise OperationalError("database is locked")
+        return True
 
     monkeypatch.setattr(run, "HEARTBEAT_SECONDS", BEAT)
     monkeypatch.setattr(run, "_touch_heartbeat", flaky_touch)

@@ -1,0 +1,56 @@
+#!/bin/sh
+# A job's mpirun inside worker-0's container, detached from the console: it runs in a session of its
+# own, its output goes to two files in the run folder (mpirun's rank tags kept) and its exit status to
+# a third, so the console can go away (a crash, a deploy, a reboot of its host) and follow it again.
+#
+#   run-mpirun.sh start RUN_DIR WORKING_DIR ARGV...   start it, once: a second start does nothing
+#   run-mpirun.sh follow RUN_DIR STDOUT_OFFSET STDERR_OFFSET
+#       print each file from its byte offset (stdout on stdout, stderr on stderr) until mpirun has
+#       ended and everything is printed; exit 0 once its status is recorded, 76 when it ended without one
+#   run-mpirun.sh status RUN_DIR      print the recorded exit status
+set -u
+mode=$1 run=$2
+shift 2
+
+case "$mode" in
+start)
+    workdir=$1
+    shift
+    mkdir -p "$run" || exit 70
+    # mkdir is atomic: a console that retries a start whose answer it lost never starts a second mpirun.
+    mkdir "$run/started" 2>/dev/null || exit 0
+    cd "$workdir" || exit 71
+    : >"$run/stdout"
+    : >"$run/stderr"
+    # The inner shell expands its own variables; its status file appears whole (written, then renamed).
+    # shellcheck disable=SC2016
+    setsid sh -c 'run=$1; shift; echo "$$" >"$run/pid.new" && mv "$run/pid.new" "$run/pid"
+        "$@" </dev/null >>"$run/stdout" 2>>"$run/stderr"
+        echo "$?" >"$run/exit.new" && mv "$run/exit.new" "$run/exit"' sh "$run" "$@" </dev/null >/dev/null 2>&1 &
+    tries=0
+    while [ ! -s "$run/pid" ] && [ "$tries" -lt 100 ]; do
+        sleep 0.05
+        tries=$((tries + 1))
+    done
+    [ -s "$run/pid" ] || exit 72
+    ;;
+follow)
+    tries=0
+    while [ ! -s "$run/pid" ] && [ "$tries" -lt 100 ]; do
+        sleep 0.05
+        tries=$((tries + 1))
+    done
+    pid=$(cat "$run/pid" 2>/dev/null) || exit 76
+    # tail's own notices must not pass for mpirun's output.
+    tail -c +"$(($1 + 1))" --pid="$pid" -s 0.2 -f "$run/stdout" 2>/dev/null &
+    tail -c +"$(($2 + 1))" --pid="$pid" -s 0.2 -f "$run/stderr" >&2 2>/dev/null &
+    wait
+    [ -s "$run/exit" ] || exit 76
+    ;;
+status)
+    cat "$run/exit"
+    ;;
+*)
+    exit 64
+    ;;
+esac
