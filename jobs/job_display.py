@@ -1,13 +1,17 @@
 """What the job pages show of a job, secrets masked: its command, hostfile, tune file and variables."""
 
+import re
 from dataclasses import dataclass
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from jobs.launch.command_builder import JOB_DIR
 from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
 from jobs.launch.plan import worker_environment_for
 
 from .allocation import waiting_reason
-from .models import JobStatus, TrainingJob
+from .models import JobStatus, TrainingJob, WorkerState
 
 STATE_BADGES = {
     JobStatus.CREATING: "info",
@@ -68,3 +72,47 @@ def display(job: TrainingJob) -> JobDisplay:
 
 def badge(status: str) -> str:
     return STATE_BADGES.get(status, "muted")
+
+
+# How far a worker's preparation has gone: a bar on the job page (percent in steps the stylesheet knows).
+PREPARATION_STEPS: dict[str, dict[str, object]] = {
+    WorkerState.ALLOCATED: {"percent": 25, "tone": "info"},
+    WorkerState.PREPARING: {"percent": 50, "tone": "info"},
+    WorkerState.UPLOADING: {"percent": 75, "tone": "info"},
+    WorkerState.READY: {"percent": 100, "tone": "success"},
+    WorkerState.FAILED: {"percent": 100, "tone": "danger"},
+    WorkerState.STOPPED: {"percent": 100, "tone": "muted"},
+    WorkerState.UNCLEAN: {"percent": 100, "tone": "warning"},
+}
+
+# The console's own messages (kept in English in the database: the timeline, a job's state message), said in
+# the page's language. A message not listed here is shown as it was written.
+FIXED_MESSAGES = {text: text for text in (
+    gettext_noop("Job created, waiting for resources"),
+    gettext_noop("Nodes allocated, preparing the containers"),
+    gettext_noop("Training started"),
+    gettext_noop("Stop requested by the user"),
+    gettext_noop("Stopped by the user while queued"),
+    gettext_noop("Stopped by the user"),
+    gettext_noop("Stopped by auto stop"),
+    gettext_noop("Stopped by the watchdog"),
+)}
+PATTERN_MESSAGES = (
+    (re.compile(r"^Training end with return code: (?P<code>-?\d+)$"), gettext_noop("Training end with return code: %(code)s")),
+    (re.compile(r"^Stop requested by (?P<user>.+)$"), gettext_noop("Stop requested by %(user)s")),
+)
+
+
+def translated_message(text: str) -> str:
+    if text in FIXED_MESSAGES:
+        return _(text)
+    for pattern, words in PATTERN_MESSAGES:
+        match = pattern.match(text)
+        if match:
+            return _(words) % match.groupdict()
+    return text
+
+
+def stop_event_message(username: str) -> str:
+    """Who asked for a stop, as the timeline keeps it (in English, like the console's other events)."""
+    return f"Stop requested by {username}"

@@ -21,13 +21,15 @@ from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
 from .forms import MAX_ENV_VARS, TrainingJobForm, page_data, with_kept_secrets
-from .job_display import display
+from .job_display import display, stop_event_message
+from .log_download import timestamped_log_response
 from .models import (
     FINAL_STATES,
     CodeDirectory,
     Engine,
     EngineVersion,
     IllegalTransition,
+    JobEvent,
     JobStatus,
     ResourcePool,
     ResourceSpec,
@@ -130,15 +132,37 @@ def job_preview(request):
     return JsonResponse(preview(TrainingJobForm(page_data(request.POST), user=request.user)))
 
 
-@login_required
-def job_detail(request, pk):
-    job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
-    return render(request, "jobs/job_detail.html", {
+def _job_page_context(request, job) -> dict:
+    return {
         "job": job,
         "shown": display(job),
         "workers": job.workers.all(),
         "events": job.events.all(),
-    })
+        "next_url": reverse("job-detail", args=[job.pk]),
+    }
+
+
+@login_required
+def job_detail(request, pk):
+    job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
+    return render(request, "jobs/job_detail.html", _job_page_context(request, job))
+
+
+@login_required
+def job_live(request, pk):
+    """The job page's live parts (header, state, timeline, workers, results; the command once it is built),
+    for the page's one poller."""
+    job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
+    context = _job_page_context(request, job)
+    context["with_command"] = request.GET.get("command") == "0" and bool(job.command)
+    return render(request, "jobs/_job_live.html", context)
+
+
+@login_required
+def job_log_download(request, pk):
+    """The whole log (or one worker's) as text, each line after the time the console received it."""
+    job = get_object_or_404(visible_jobs(request.user), pk=pk)
+    return timestamped_log_response(request, job)
 
 
 @login_required
@@ -154,6 +178,7 @@ def job_stop(request, pk):
         messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
             "name": job.name, "state": job.get_status_display()})
     else:
+        JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
         messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
     return _back(request, reverse("job-detail", args=[pk]))
 

@@ -15,11 +15,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.access import visible_jobs
-from jobs.results.metrics import default_metric_definitions
+from jobs.results.metrics import default_metric_definitions, downsample
 from jobs.results.outputs import stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
 
 METRIC_POINTS_PAGE = 5000
+# A chart's first read may ask for its series downsampled to at most this many points each.
+METRIC_MAX_POINTS_LIMIT = 20000
 
 
 def _job(request, pk):
@@ -70,11 +72,20 @@ class JobMetrics(APIView):
         job = _job(request, pk)
         try:
             after = max(int(request.query_params.get("after", 0)), 0)
+            max_points = int(request.query_params.get("max_points", 0))
         except ValueError:
             return Response({"after": ["Must be a whole number."]}, status=status.HTTP_400_BAD_REQUEST)
+        if not 0 <= max_points <= METRIC_MAX_POINTS_LIMIT:
+            return Response({"max_points": [f"Must be from 0 to {METRIC_MAX_POINTS_LIMIT}."]},
+                            status=status.HTTP_400_BAD_REQUEST)
         definitions = job.metric_definitions or default_metric_definitions()
         counts = dict(job.metric_points.values("name").annotate(count=Count("id")).values_list("name", "count"))
-        points = list(job.metric_points.filter(id__gt=after).order_by("id")[:METRIC_POINTS_PAGE])
+        downsampled: set[str] = set()
+        if max_points and not after:
+            # The first read of a chart: every series at most about max_points long, in one answer.
+            points, downsampled = _downsampled_points(job, max_points)
+        else:
+            points = list(job.metric_points.filter(id__gt=after).order_by("id")[:METRIC_POINTS_PAGE])
         metrics = []
         for definition in definitions:
             name = definition["name"]
@@ -85,7 +96,7 @@ class JobMetrics(APIView):
                 note = ("No log line matched this metric." if job.is_final
                         else "No log line has matched this metric yet.")
             metrics.append({"name": name, "regex": definition["regex"], "count": count, "last": last,
-                            "matched": bool(count), "note": note})
+                            "matched": bool(count), "note": note, "downsampled": name in downsampled})
         return Response(
             {
                 "status": job.status,
@@ -96,10 +107,25 @@ class JobMetrics(APIView):
                      "value": point.value, "at": point.at}
                     for point in points
                 ],
-                "next": points[-1].id if points else after,
-                "more": len(points) == METRIC_POINTS_PAGE,
+                "next": max((point.id for point in points), default=after),
+                "more": not max_points and len(points) == METRIC_POINTS_PAGE,
             }
         )
+
+
+def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
+    """Every series of the job at most about max_points long, in id order, and the metrics that were cut."""
+    series: dict[tuple, list] = {}
+    for point in job.metric_points.order_by("id").only("id", "name", "rank", "step", "value", "at").iterator(chunk_size=5000):
+        series.setdefault((point.name, point.rank), []).append(point)
+    kept, cut = [], set()
+    for (name, _rank), points in series.items():
+        shown = downsample(points, max_points, value=lambda point: point.value)
+        if len(shown) < len(points):
+            cut.add(name)
+        kept.extend(shown)
+    kept.sort(key=lambda point: point.id)
+    return kept, cut
 
 
 class JobOutputs(APIView):

@@ -38,6 +38,35 @@ def python_exception(lines: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# Exceptions of the console's own (SSH, sockets) as people would say them; any other keeps its name.
+PLAIN_EXCEPTIONS = {
+    "ConnectionLost": "the connection to the node was lost",
+    "ConnectionResetError": "the node reset the connection",
+    "ConnectionRefusedError": "the node refused the connection",
+    "BrokenPipeError": "the connection to the node broke",
+    "TimeoutError": "the node did not answer in time",
+    "DisconnectError": "the node closed the connection",
+    "PermissionDenied": "the node refused the console's key",
+    "HostKeyNotVerifiable": "the node's host key did not match",
+    "OSError": "a network error",
+}
+EXCEPTION_REPR = re.compile(r"\b(?:[a-z_][\w.]*\.)?([A-Z]\w*)\((?:(['\"])(.*?)\2(?:,[^)]*)?)?\)")
+
+
+def plain_words(text: str) -> str:
+    """The text with Python reprs of exceptions (`ConnectionLost('Connection lost')`) said in plain words,
+    the exception's own message kept: a card is read by people, not by the program that raised."""
+
+    def said(match: re.Match) -> str:
+        name, message = match.group(1), (match.group(3) or "").strip()
+        words = PLAIN_EXCEPTIONS.get(name)
+        if words is None:
+            return f"{name}: {message}" if message else name
+        return f"{words} ({message})" if message and message.lower() not in words else words
+
+    return EXCEPTION_REPR.sub(said, text)
+
+
 def nccl_errors(lines: list[str]) -> list[str]:
     return [line.strip() for line in lines if NCCL_ERROR.search(line)]
 
@@ -160,7 +189,7 @@ def _lost_node(context: CardContext) -> str:
 
 def _lost_hints(context: CardContext) -> list[str]:
     lost = context.lost_worker
-    first = [f"worker-{lost}: {context.facts.lost_workers[lost]}"] if lost is not None else []
+    first = [f"worker-{lost}: {plain_words(context.facts.lost_workers[lost])}"] if lost is not None else []
     return first + ["The node stopped answering (rebooted, lost its network, or ran out of memory). "
                     "It is kept out of service until it is checked."]
 
@@ -196,7 +225,7 @@ RULES: tuple[Rule, ...] = (
          lambda c, card: f"The program could not be started{_on(c.who)}",
          lambda c: ["The engine's interpreter must exist and be readable by the job's user on every node."]),
     Rule("preparation", lambda c, card: c.facts.outcome == "failed" and card["rank"] is None,
-         lambda c, card: c.facts.run_message or "The job failed before its processes started"),
+         lambda c, card: plain_words(c.facts.run_message) or "The job failed before its processes started"),
     Rule("nccl", lambda c, card: bool(c.facts.nccl_lines) and (card["rank"] is None or bool(nccl_errors(c.facts.rank_tail))
                                                                 or bool(card["exception"])),
          lambda c, card: f"NCCL failed{' in ' + c.who if c.who else ''}: {c.facts.nccl_lines[0][:200]}",
@@ -213,14 +242,14 @@ RULES: tuple[Rule, ...] = (
     Rule("signal", lambda c, card: c.end_kind == "signal", lambda c, card: f"{c.who} was {card['how']}"),
     Rule("exit_code", lambda c, card: c.end_kind == "exit_code", lambda c, card: f"{c.who} exited with {card['how']}"),
     Rule("abnormal", lambda c, card: c.facts.outcome == "abnormal",
-         lambda c, card: c.facts.run_message or "The run ended abnormally"),
+         lambda c, card: plain_words(c.facts.run_message) or "The run ended abnormally"),
 )
 
 
 def _fallback_title(facts: FailureFacts) -> str:
     if facts.exit_code is not None:
         return f"mpirun ended with exit code {facts.exit_code}"
-    return facts.run_message or "The job failed"
+    return plain_words(facts.run_message) or "The job failed"
 
 
 def _classify(card: FailureCard, context: CardContext) -> None:

@@ -176,3 +176,22 @@ def _integer(text: str | None) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def downsample(points: list, limit: int, value=lambda point: point[1]) -> list:
+    """At most about `limit` of a series' points, in order, for a chart: the first and the last, and each
+    bucket's lowest and highest, so spikes and the latest value survive (a stride alone would drop them)."""
+    if limit < 4 or len(points) <= limit:
+        return list(points)
+    buckets = (limit - 2) // 2
+    inner = len(points) - 2
+    kept = [points[0]]
+    for bucket in range(buckets):
+        start, end = 1 + bucket * inner // buckets, 1 + (bucket + 1) * inner // buckets
+        if start >= end:
+            continue
+        low = min(range(start, end), key=lambda index: value(points[index]))
+        high = max(range(start, end), key=lambda index: value(points[index]))
+        kept.extend(points[index] for index in sorted({low, high}))
+    kept.append(points[-1])
+    return kept

@@ -1,9 +1,14 @@
 """Small display helpers for the job pages: state badges, durations, and the states' meaning for the scripts."""
 
-from django import template
+from datetime import datetime
 
-from jobs.job_display import badge
+from django import template
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from jobs.job_display import PREPARATION_STEPS, badge, translated_message
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
+from jobs.results.failure_card import plain_words
 
 register = template.Library()
 
@@ -50,3 +55,58 @@ def state_label(status: str) -> str:
         return str(JobStatus(status).label)
     except ValueError:
         return status
+
+
+@register.filter
+def job_cause(job) -> dict | None:
+    """Why a failed job failed, for the page's header: the failure card's headline, mpirun's own words when
+    mpirun is what explains it, else the job's own message."""
+    if job.status not in (JobStatus.FAILED, JobStatus.ABNORMAL):
+        return None
+    card = job.failure or {}
+    title = card.get("title") or plain_words(job.status_message) or _("The job failed")
+    mpirun = ""
+    if str(card.get("kind", "")).startswith("mpirun") or card.get("kind") in ("node_lost", "unknown"):
+        mpirun = "\n".join((card.get("mpirun") or "").splitlines()[:4])
+    exception = card.get("exception") or ""
+    return {
+        "title": title,
+        "detail": exception if exception and exception not in title else "",
+        "mpirun": mpirun,
+        "has_card": bool(card),
+    }
+
+
+@register.filter
+def event_message(text: str) -> str:
+    """A timeline or state message in the page's language when it is one of the console's own."""
+    return translated_message(text)
+
+
+@register.filter
+def preparation_progress(state: str) -> dict:
+    """How far a worker's preparation has gone, as a bar: allocated, preparing, uploading, ready."""
+    return PREPARATION_STEPS.get(state, {"percent": 0, "tone": "muted"})
+
+
+@register.filter
+def iso_text(value: str) -> str:
+    """An ISO time kept as text (in JSON fields) as the pages show times before the script formats them."""
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S") if timezone.is_aware(moment) else str(value)
+
+
+@register.filter
+def rank0_finals(job) -> dict:
+    """Each metric's last value on rank 0 (or on the lines without a rank): what the chart's headline shows."""
+    finals = {}
+    for name in job.final_metrics or {}:
+        points = job.metric_points.filter(name=name).order_by("-id").values_list("value", flat=True)
+        point = points.filter(rank=0).first()
+        if point is None:
+            point = points.first()
+        finals[name] = point if point is not None else job.final_metrics[name]
+    return finals

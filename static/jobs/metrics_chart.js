@@ -1,78 +1,39 @@
-// The metrics panel: one small SVG line chart per metric, fed from the API and growing while the job runs.
-// Points come in pages after a cursor; a rank's points make one line. The x axis is the step when every
-// point of a metric has one, else seconds since the metric's first point.
+// The metrics panel: one uPlot chart per metric, a line per rank, fed from the API and growing on the
+// page's poll while the job runs. Long series come downsampled by the server on the first read (first,
+// last, and each bucket's lowest and highest point), then only new points. The headline above a chart is
+// its rank-0 line's last point (the rank whose value the job list shows), so the two always agree.
+// The x axis is the step when every point of a metric has one, else seconds since its first point.
 (function () {
   "use strict";
 
-  const SVG = "http://www.w3.org/2000/svg";
-  const WIDTH = 480, HEIGHT = 180, LEFT = 52, RIGHT = 10, TOP = 10, BOTTOM = 26;
-  const POLL_MS = 2000;
+  const FIRST_READ_POINTS = 2000;
+  const HEIGHT = 220;
   const COLOURS = ["#1f5fd1", "#c62828", "#1b7f3b", "#b26a00", "#6a3fb5", "#0b6aa2", "#8a5a00", "#444"];
 
-  function element(name, attributes, text) {
-    const node = document.createElementNS(SVG, name);
-    Object.entries(attributes || {}).forEach(([key, value]) => node.setAttribute(key, value));
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-
   function formatNumber(value) {
+    if (value === null || value === undefined) return "–";
     if (value === 0) return "0";
     const size = Math.abs(value);
-    return size >= 1e4 || size < 1e-3 ? value.toExponential(2) : String(Number(value.toPrecision(4)));
+    return size >= 1e5 || size < 1e-3 ? value.toExponential(3) : String(Number(value.toPrecision(6)));
   }
 
-  function extent(values) {
-    let low = Math.min(...values), high = Math.max(...values);
-    if (low === high) { low -= Math.abs(low) * 0.1 || 1; high += Math.abs(high) * 0.1 || 1; }
-    return [low, high];
+  // "val_loss" reads "Val loss"; the name as the job defines it stays beside it.
+  function readable(name) {
+    const words = name.replace(/[_.:/-]+/g, " ").trim();
+    return words.charAt(0).toUpperCase() + words.slice(1);
   }
 
-  function draw(svg, series, labels) {
-    const all = series.flatMap((line) => line.points);
-    svg.replaceChildren();
-    if (!all.length) return;
-    const bySteps = all.every((point) => point.step !== null);
-    const start = Math.min(...all.map((point) => point.time));
-    const xOf = (point) => (bySteps ? point.step : (point.time - start) / 1000);
-    const [xLow, xHigh] = extent(all.map(xOf));
-    const [yLow, yHigh] = extent(all.map((point) => point.value));
-    const sx = (x) => LEFT + ((x - xLow) / (xHigh - xLow)) * (WIDTH - LEFT - RIGHT);
-    const sy = (y) => HEIGHT - BOTTOM - ((y - yLow) / (yHigh - yLow)) * (HEIGHT - TOP - BOTTOM);
-
-    svg.appendChild(element("line", { x1: LEFT, y1: HEIGHT - BOTTOM, x2: WIDTH - RIGHT, y2: HEIGHT - BOTTOM, class: "axis" }));
-    svg.appendChild(element("line", { x1: LEFT, y1: TOP, x2: LEFT, y2: HEIGHT - BOTTOM, class: "axis" }));
-    [[yHigh, TOP + 4], [yLow, HEIGHT - BOTTOM]].forEach(([value, y]) => {
-      svg.appendChild(element("text", { x: LEFT - 4, y: y, "text-anchor": "end", class: "tick" }, formatNumber(value)));
-    });
-    [[xLow, LEFT, "start"], [xHigh, WIDTH - RIGHT, "end"]].forEach(([value, x, anchor]) => {
-      svg.appendChild(element("text", { x: x, y: HEIGHT - 8, "text-anchor": anchor, class: "tick" }, formatNumber(value)));
-    });
-    svg.appendChild(element("text", { x: (LEFT + WIDTH) / 2, y: HEIGHT - 8, "text-anchor": "middle", class: "tick" },
-      bySteps ? labels.step : labels.time));
-
-    series.forEach((line, index) => {
-      const colour = COLOURS[index % COLOURS.length];
-      const sorted = line.points.slice().sort((a, b) => xOf(a) - xOf(b));
-      const path = sorted.map((point) => `${sx(xOf(point)).toFixed(1)},${sy(point.value).toFixed(1)}`).join(" ");
-      svg.appendChild(element("polyline", { points: path, fill: "none", stroke: colour, "stroke-width": 1.5 }));
-      if (sorted.length <= 60) {
-        sorted.forEach((point) => {
-          const dot = element("circle", { cx: sx(xOf(point)), cy: sy(point.value), r: 2.2, fill: colour });
-          dot.appendChild(element("title", {}, `${labels.rank} ${line.rank}: ${bySteps ? labels.step + " " + point.step : ""} ${formatNumber(point.value)}`));
-          svg.appendChild(dot);
-        });
-      }
-    });
+  function csvCell(value) {
+    const text = value === null || value === undefined ? "" : String(value);
+    return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
   }
 
   function setUp(panel) {
-    const url = panel.dataset.metricsUrl;
     const container = panel.querySelector("[data-metric-charts]");
-    const labels = { step: panel.dataset.labelStep, time: panel.dataset.labelTime, rank: panel.dataset.labelRank,
-                     last: panel.dataset.labelLast };
-    const charts = new Map();  // name -> {figure, svg, note, last, lines: Map(rank -> {rank, points})}
-    let after = 0;
+    const rankSelect = panel.querySelector("[data-metric-rank]");
+    const label = (name) => panel.dataset["label" + name] || name;
+    const charts = new Map();  // name -> chart state
+    let after = 0, first = true, final = false, loading = false, ranksSeen = new Set();
 
     function chartFor(metric) {
       if (charts.has(metric.name)) return charts.get(metric.name);
@@ -81,60 +42,187 @@
       figure.dataset.metric = metric.name;
       const caption = document.createElement("figcaption");
       const title = document.createElement("strong");
-      title.textContent = metric.name;
-      const regex = document.createElement("code");
-      regex.className = "sub";
-      regex.textContent = metric.regex;
-      const last = document.createElement("span");
-      last.className = "metric-last";
-      caption.append(title, " ", regex, " ", last);
-      const svg = element("svg", { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, class: "metric-svg", role: "img", "aria-label": metric.name });
+      title.textContent = readable(metric.name);
+      const code = document.createElement("code");
+      code.className = "sub";
+      code.textContent = metric.name;
+      code.title = metric.regex;
+      const headline = document.createElement("span");
+      headline.className = "metric-last";
+      headline.dataset.metricLast = "";
+      const csv = document.createElement("button");
+      csv.type = "button";
+      csv.className = "button small";
+      csv.textContent = label("Csv");
+      caption.append(title, " ", code, " ", headline);
+      const plot = document.createElement("div");
+      plot.className = "metric-plot";
       const note = document.createElement("p");
       note.className = "hint";
-      figure.append(caption, svg, note);
+      const foot = document.createElement("div");
+      foot.className = "metric-foot";
+      foot.append(note, csv);
+      figure.append(caption, plot, foot);
       container.appendChild(figure);
-      const chart = { figure, svg, note, last, lines: new Map() };
+      const chart = { name: metric.name, figure, plot, note, headline, lines: new Map(), uplot: null, ranks: [] };
+      csv.addEventListener("click", () => exportCsv(chart));
       charts.set(metric.name, chart);
       return chart;
     }
 
-    async function poll() {
-      let body;
-      try {
-        const response = await fetch(`${url}?after=${after}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-        if (!response.ok) return setTimeout(poll, POLL_MS * 2);
-        body = await response.json();
-      } catch (error) {
-        return setTimeout(poll, POLL_MS * 2);
-      }
-      if (!body.metrics.length && !container.children.length) {
-        container.textContent = panel.dataset.labelNone;
-      }
-      body.metrics.forEach((metric) => {
-        const chart = chartFor(metric);
-        chart.note.textContent = metric.note;
-        chart.last.textContent = metric.last ? `${labels.last}: ${formatNumber(metric.last.value)}` : "";
-      });
-      const touched = new Set();
-      body.points.forEach((point) => {
-        const chart = charts.get(point.name);
-        if (!chart) return;
-        const key = point.rank === null ? -1 : point.rank;
-        if (!chart.lines.has(key)) chart.lines.set(key, { rank: point.rank, points: [] });
-        chart.lines.get(key).points.push({ step: point.step, value: point.value, time: Date.parse(point.at) });
-        touched.add(point.name);
-      });
-      touched.forEach((name) => {
-        const chart = charts.get(name);
-        draw(chart.svg, [...chart.lines.values()], labels);
-      });
-      after = body.next;
-      // A finished job's points are all there once a page comes back short.
-      if (body.more) return poll();
-      if (!body.final) setTimeout(poll, POLL_MS);
+    function exportCsv(chart) {
+      const rows = [["metric", "rank", "step", "time", "value"].join(",")];
+      chart.lines.forEach((line) => line.points.forEach((point) => {
+        rows.push([chart.name, line.rank, point.step, new Date(point.time).toISOString(), point.value].map(csvCell).join(","));
+      }));
+      const link = document.createElement("a");
+      link.href = URL.createObjectURL(new Blob([rows.join("\n") + "\n"], { type: "text/csv" }));
+      link.download = panel.dataset.jobName + "-" + chart.name + ".csv";
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 1000);
     }
 
-    poll();
+    // uPlot wants one x array and a y array per line, aligned; a rank without a point at an x gets null.
+    function aligned(chart) {
+      const lines = [...chart.lines.values()].sort((a, b) => (a.rank === null ? -1 : a.rank) - (b.rank === null ? -1 : b.rank));
+      let bySteps = true, start = Infinity;
+      lines.forEach((line) => line.points.forEach((point) => {
+        if (point.step === null) bySteps = false;
+        if (point.time < start) start = point.time;
+      }));
+      const xOf = (point) => (bySteps ? point.step : (point.time - start) / 1000);
+      const xs = new Set();
+      lines.forEach((line) => line.points.forEach((point) => xs.add(xOf(point))));
+      const x = Float64Array.from(xs).sort();
+      const index = new Map();
+      x.forEach((value, position) => index.set(value, position));
+      const ys = lines.map((line) => {
+        const y = new Array(x.length).fill(null);
+        line.points.forEach((point) => { y[index.get(xOf(point))] = point.value; });
+        return y;
+      });
+      return { lines, bySteps, data: [Array.from(x), ...ys] };
+    }
+
+    function rankName(rank) {
+      return rank === null ? label("Allranks") : label("Rank") + " " + rank;
+    }
+
+    function draw(chart) {
+      const { lines, bySteps, data } = aligned(chart);
+      const ranks = lines.map((line) => line.rank);
+      const width = Math.max(container.clientWidth > 0 ? Math.floor(chart.figure.clientWidth - 18) : 480, 280);
+      if (!chart.uplot || ranks.join() !== chart.ranks.join() || chart.bySteps !== bySteps) {
+        if (chart.uplot) chart.uplot.destroy();
+        chart.ranks = ranks;
+        chart.bySteps = bySteps;
+        chart.uplot = new uPlot({
+          width: width,
+          height: HEIGHT,
+          scales: { x: { time: false } },
+          axes: [{ label: bySteps ? label("Step") : label("Time") }, { size: 60, values: (u, values) => values.map(formatNumber) }],
+          series: [{ label: bySteps ? label("Step") : label("Time"), value: (u, v) => formatNumber(v) }].concat(lines.map((line, position) => ({
+            label: rankName(line.rank),
+            stroke: COLOURS[position % COLOURS.length],
+            width: 1.5,
+            spanGaps: true,
+            points: { show: data[0].length <= 60 },
+            value: (u, v) => formatNumber(v),
+          }))),
+        }, data, chart.plot);
+        applyRank(chart);
+      } else {
+        chart.uplot.setData(data);
+      }
+      showHeadline(chart, lines, data);
+    }
+
+    // The rank the headline speaks for: rank 0 (or the line without a rank), else the lowest rank.
+    function showHeadline(chart, lines, data) {
+      const position = lines.findIndex((line) => line.rank === 0 || line.rank === null);
+      const line = position >= 0 ? position : 0;
+      const y = data[line + 1];
+      let last = y.length - 1;
+      while (last >= 0 && y[last] === null) last -= 1;
+      if (last < 0) return;
+      const rank = lines[line].rank;
+      chart.headline.textContent = label("Last") + ": " + formatNumber(y[last]) + " · "
+        + (chart.bySteps ? label("Step") + " " + data[0][last] + " · " : "") + rankName(rank);
+      chart.headline.dataset.value = String(y[last]);
+      chart.headline.dataset.rank = rank === null ? "" : String(rank);
+      chart.headline.dataset.step = chart.bySteps ? String(data[0][last]) : "";
+    }
+
+    function applyRank(chart) {
+      if (!chart.uplot || !rankSelect) return;
+      const wanted = rankSelect.value;
+      chart.ranks.forEach((rank, position) => {
+        chart.uplot.setSeries(position + 1, { show: wanted === "" || String(rank) === wanted });
+      });
+    }
+
+    function updateRankChoices() {
+      if (!rankSelect) return;
+      [...ranksSeen].filter((rank) => rank !== null).sort((a, b) => a - b).forEach((rank) => {
+        if (!rankSelect.querySelector('option[value="' + rank + '"]')) {
+          const option = document.createElement("option");
+          option.value = String(rank);
+          option.textContent = rankName(rank);
+          rankSelect.appendChild(option);
+        }
+      });
+      rankSelect.hidden = rankSelect.options.length <= 2;
+    }
+
+    async function load() {
+      if (loading) return;
+      loading = true;
+      try {
+        let more = true;
+        while (more) {
+          const query = first ? "?after=0&max_points=" + FIRST_READ_POINTS : "?after=" + after;
+          const answer = await Console.fetchJSON(panel.dataset.metricsUrl + query);
+          if (!answer.ok || !answer.body) return;
+          const body = answer.body;
+          first = false;
+          if (!body.metrics.length && !container.children.length) container.textContent = label("None");
+          body.metrics.forEach((metric) => {
+            const chart = chartFor(metric);
+            chart.note.textContent = metric.note + (metric.downsampled ? (metric.note ? " " : "") + label("Downsampled") : "");
+          });
+          const touched = new Set();
+          body.points.forEach((point) => {
+            const chart = charts.get(point.name);
+            if (!chart) return;
+            const key = point.rank === null ? -1 : point.rank;
+            if (!chart.lines.has(key)) chart.lines.set(key, { rank: point.rank, points: [] });
+            chart.lines.get(key).points.push({ step: point.step, value: point.value, time: Date.parse(point.at) });
+            ranksSeen.add(point.rank);
+            touched.add(point.name);
+          });
+          touched.forEach((name) => draw(charts.get(name)));
+          updateRankChoices();
+          after = body.next;
+          more = body.more;
+          final = body.final;
+        }
+      } catch (error) {
+        // The next poll of the page tries again.
+      } finally {
+        loading = false;
+      }
+    }
+
+    if (rankSelect) rankSelect.addEventListener("change", () => charts.forEach(applyRank));
+    document.addEventListener("job:tick", () => { if (!final) load(); });
+    document.addEventListener("job:status", () => load());
+    document.addEventListener("tab:shown", (event) => {
+      if (event.detail.name !== "metrics") return;
+      charts.forEach((chart) => { if (chart.uplot) chart.uplot.setSize({ width: Math.max(chart.figure.clientWidth - 18, 280), height: HEIGHT }); });
+    });
+    load();
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -1,17 +1,18 @@
 // The NCCL panel: what the job's log says NCCL did, a picture of ranks on nodes and devices and the
-// links between them, and the diagnosis against the job's spec. Read again every few seconds while the
-// job runs, and once more when its state changes; the server reads only the log lines that are new.
+// links between them, and the diagnosis against the job's spec. Read when its tab is first shown, again on
+// the page's poll while it is shown and the job runs, and when the job's state changes; the server reads
+// only the log lines that are new.
 (function () {
   "use strict";
 
   const panel = document.querySelector("[data-nccl-panel]");
   if (!panel) return;
   const SVG = "http://www.w3.org/2000/svg";
-  const REFRESH_MS = 3000;
   const MAX_HOSTS_DRAWN = 8;
   const label = (name) => panel.dataset["label" + name.charAt(0).toUpperCase() + name.slice(1)] || name;
-  let timer = null;
   let loading = false;
+  let loaded = false;
+  let final = false;
 
   function element(tag, attributes, text) {
     const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -167,20 +168,22 @@
   async function load() {
     if (loading) return;
     loading = true;
-    clearTimeout(timer);
     try {
       const answer = await Console.fetchJSON(panel.dataset.ncclUrl);
       if (!answer.ok) throw new Error("HTTP " + answer.status);
       show(answer.body);
-      if (!answer.body.final) timer = setTimeout(load, REFRESH_MS);
+      loaded = true;
+      final = Boolean(answer.body.final);
     } catch (error) {
       panel.querySelector("[data-nccl-state]").textContent = label("failed");
-      timer = setTimeout(load, REFRESH_MS * 3);
     } finally {
       loading = false;
     }
   }
 
-  document.addEventListener("job:status", () => load());
-  load();
+  const seen = () => panel.offsetParent !== null;
+  document.addEventListener("tab:shown", (event) => { if (event.detail.name === "nccl" && (!loaded || !final)) load(); });
+  document.addEventListener("job:tick", () => { if (seen() && !final) load(); });
+  document.addEventListener("job:status", () => { if (loaded) load(); });
+  if (seen()) load();
 })();

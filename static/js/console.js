@@ -87,5 +87,42 @@
     if (event.target.matches("[data-autosubmit]")) event.target.form.requestSubmit();
   });
 
-  window.Console = { csrfToken, fetchJSON, formatDuration, jobStates, setBadge, showActionsFor, fillTemplate };
+  // Every time on the pages in one format, in the browser's time zone: the server writes ISO 8601 in
+  // <time datetime>, and this writes it as 2026-05-04 13:02:07 (the zone's name in the tooltip).
+  const pad = (number) => String(number).padStart(2, "0");
+  function formatTime(value) {
+    const moment = value instanceof Date ? value : new Date(value);
+    if (isNaN(moment.getTime())) return null;
+    return moment.getFullYear() + "-" + pad(moment.getMonth() + 1) + "-" + pad(moment.getDate()) + " "
+      + pad(moment.getHours()) + ":" + pad(moment.getMinutes()) + ":" + pad(moment.getSeconds());
+  }
+  const zone = (Intl.DateTimeFormat().resolvedOptions().timeZone || "");
+  function formatTimes(root) {
+    (root || document).querySelectorAll("time[datetime]").forEach((element) => {
+      const text = formatTime(element.getAttribute("datetime"));
+      if (text === null) return;
+      element.textContent = text;
+      element.title = zone ? text + " (" + zone + ")" : text;
+    });
+  }
+  document.addEventListener("DOMContentLoaded", () => formatTimes(document));
+  document.addEventListener("htmx:load", (event) => formatTimes(event.target));
+
+  // Pollers (htmx elements marked data-poll) ask every few seconds while the tab is seen; while it is
+  // hidden only one tick in POLL_HIDDEN_EVERY goes out, and showing the tab asks at once.
+  const POLL_HIDDEN_EVERY = 10;
+  let hiddenTicks = 0;
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    if (!event.target.matches || !event.target.matches("[data-poll]") || !document.hidden) return;
+    hiddenTicks += 1;
+    if (hiddenTicks % POLL_HIDDEN_EVERY !== 0) event.preventDefault();
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && document.querySelector("[data-poll]")) {
+      hiddenTicks = 0;
+      document.body.dispatchEvent(new Event("job:refresh"));
+    }
+  });
+
+  window.Console = { csrfToken, fetchJSON, formatDuration, formatTime, formatTimes, jobStates, setBadge, showActionsFor, fillTemplate };
 })();

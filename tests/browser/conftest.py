@@ -4,12 +4,16 @@ The services (Redis, Celery, the local cluster) come from tests/conftest.py, sha
 """
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import uvicorn
 from django.contrib.auth import get_user_model
 from playwright.sync_api import sync_playwright
 
+from console import services
 from tests.browser.helpers import PASSWORD
 from tests.integration.helpers import TEST_OUTPUT
 
@@ -57,3 +61,59 @@ def screenshots():
 @pytest.fixture
 def owner(console):
     return get_user_model().objects.create_user("owner", password=PASSWORD)
+
+
+class AsgiServer:
+    """The console under uvicorn in this process, as `make run` serves it: the live log's stream (an async
+    view) needs an ASGI server, which `live_server` is not. restart() ends it and starts it again on the
+    same port, as a deployment would."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = None
+        self.thread = None
+
+    def start(self) -> None:
+        config = uvicorn.Config("console.asgi:application", host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="off", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.server.force_exit = True
+        self.thread.join(15)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def asgi_server(transactional_db, redis_server):
+    server = AsgiServer(services.free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def asgi_context(browser, asgi_server):
+    """A browser context on the ASGI console at 1400x900, a common laptop's window."""
+    context = browser.new_context(base_url=asgi_server.url, locale="en-US", timezone_id="America/Sao_Paulo",
+                                  viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(20_000)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def asgi_page(asgi_context):
+    return asgi_context.new_page()

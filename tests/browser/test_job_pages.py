@@ -69,6 +69,7 @@ def test_a_user_fills_the_form_watches_the_command_follow_the_node_count_and_see
     expect(page.locator("#job-workers tbody tr")).to_have_count(2)
     assert SECRET not in page.content()
 
+    page.click("#tab-logs")
     system_lines = log_view.locator(".log-system")
     assert system_lines.count() > 0
     expect(system_lines.first).to_contain_text("[ModelArts Service Log]")
@@ -167,11 +168,16 @@ def test_stop_leaves_a_running_job_terminated_then_rebuild_fills_the_form_and_de
     page.screenshot(path=screenshots / "job-list.png", full_page=True)
 
     row.get_by_role("link", name="sleeper").click()
+    page.click("#tab-logs")
     expect(page.locator("[data-log-view]")).to_contain_text("PROBE", timeout=JOB_RUN_TIMEOUT_MS)
+    questions = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
     page.locator('#job-head [data-action="stop"] button').click()
 
     expect(page.locator(".messages")).to_contain_text("Stop requested for job sleeper.")
+    assert questions and "Stop job sleeper?" in questions[0]
     expect(page.locator("#job-result [data-state-badge]")).to_have_text("Terminated", timeout=60_000)
+    expect(page.locator("#job-timeline")).to_contain_text("Stop requested by owner")
     expect(page.locator('#job-head [data-action="stop"]')).to_be_hidden()
     assert wait_for(job, [JobStatus.TERMINATED], timeout=5).status == JobStatus.TERMINATED
 

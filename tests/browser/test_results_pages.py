@@ -1,6 +1,8 @@
 """The results on the job page in a real Chromium: the loss chart grows while the example trains, and a
 silent rank's warning appears without a reload and offers the stop."""
 
+import re
+
 from playwright.sync_api import expect
 
 from jobs.code_dirs import register_examples
@@ -20,7 +22,7 @@ def submit(owner, **data) -> TrainingJob:
 
 
 def chart_points(page) -> int:
-    return page.locator('[data-metric="loss"] svg circle').count()
+    return int(page.locator('[data-metric="loss"] [data-metric-last]').get_attribute("data-step") or 0) + 1
 
 
 def test_the_loss_chart_grows_while_the_example_trains_and_ends_with_one_point_per_step(page, owner, console):
@@ -29,11 +31,12 @@ def test_the_loss_chart_grows_while_the_example_trains_and_ends_with_one_point_p
                  parameters=[{"name": "steps", "value": str(STEPS)}, {"name": "step_seconds", "value": "0.8"}])
     log_in(page, "owner")
     wait_for(job, [JobStatus.RUNNING])
-    page.goto(f"/jobs/{job.pk}")
+    page.goto(f"/jobs/{job.pk}#metrics")
 
-    page.wait_for_selector('[data-metric="loss"] svg circle', state="attached", timeout=60_000)
+    headline = page.locator('[data-metric="loss"] [data-metric-last]')
+    expect(headline).to_have_attribute("data-step", re.compile(r"\d+"), timeout=60_000)
     seen_while_running = chart_points(page)
-    expect(page.locator('[data-metric="loss"] svg circle')).to_have_count(STEPS, timeout=60_000)
+    expect(headline).to_have_attribute("data-step", str(STEPS - 1), timeout=60_000)
     assert 0 < seen_while_running < STEPS, "the chart was drawn while the job ran, then grew"
     expect(page.locator('[data-metric="accuracy"] .hint')).to_have_text("No log line matched this metric.", timeout=30_000)
 
@@ -50,6 +53,7 @@ def test_a_silent_rank_shows_on_the_page_and_its_owner_stops_the_job_from_there(
     expect(banner).to_contain_text("Suspected hung", timeout=30_000)
     expect(banner.locator("tbody tr")).to_have_count(1)
     expect(banner.locator("tbody td").first).to_have_text("3")
+    page.once("dialog", lambda dialog: dialog.accept())
     banner.get_by_role("button", name="Stop the job").click()
 
     wait_for(job, [JobStatus.TERMINATED], timeout=60)

@@ -1,0 +1,130 @@
+"""The job page as people read it, in a real Chromium against the console under uvicorn: why a job failed
+in its header, the log followed live over Server-Sent Events (across a server restart), older lines on
+scroll-up, the metrics headline equal to the chart's last point while the job runs, and the page in pt-BR."""
+
+import re
+
+from playwright.sync_api import expect
+
+from jobs.models import JobStatus
+from tests.browser.helpers import log_in
+from tests.browser.page_jobs import failed_job, page_job, viewer, write_lines, write_metric
+from tests.unit.test_translations import untranslatable_free_msgids
+
+
+def sign_in(page, owner) -> None:
+    log_in(page, owner.username)
+
+
+def test_a_failed_jobs_cause_is_in_the_header_without_scrolling(asgi_page, screenshots):
+    owner = viewer()
+    job = failed_job(owner)
+    sign_in(asgi_page, owner)
+    asgi_page.goto(f"/jobs/{job.pk}")
+
+    cause = asgi_page.locator("[data-job-cause]")
+    expect(cause).to_contain_text("mpirun could not start or reach its daemon on node-1")
+    expect(cause).to_contain_text("ORTE was unable to reliably start one or more daemons.")
+    box = cause.bounding_box()
+    assert box and box["y"] + box["height"] <= 900, f"the cause ends at {box} of a 900 px window"
+    assert "ConnectionLost(" not in asgi_page.content()
+    asgi_page.screenshot(path=screenshots / "job-failed-header.png")
+    # Times in one format, in the browser's zone.
+    times = asgi_page.locator("#job-timeline time").all_inner_texts()
+    assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text) for text in times), times
+
+
+def test_the_log_follows_over_sse_and_resumes_after_the_server_restarts(asgi_page, asgi_server, screenshots):
+    owner = viewer()
+    job = page_job(owner, "follows", JobStatus.RUNNING)
+    write_lines(job, [f"line {number}" for number in range(5)])
+    sign_in(asgi_page, owner)
+    asgi_page.goto(f"/jobs/{job.pk}#logs")
+    view = asgi_page.locator("[data-log-view]")
+    expect(view.locator(".log-line")).to_have_count(5)
+    expect(asgi_page.locator("[data-log-live]")).to_be_visible()
+
+    write_lines(job, ["arrived live"])
+    expect(view).to_contain_text("arrived live")
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", view.locator(".log-at").last.inner_text())
+
+    asgi_server.restart()
+    write_lines(job, ["after the restart"])
+    expect(view).to_contain_text("after the restart", timeout=30_000)
+    expect(view.locator(".log-line")).to_have_count(7)
+    texts = view.locator(".log-text").all_inner_texts()
+    assert texts == [f"line {number}" for number in range(5)] + ["arrived live", "after the restart"], "no line lost or repeated"
+    asgi_page.screenshot(path=screenshots / "job-log-live.png")
+
+
+def test_older_lines_load_on_scroll_up_and_the_filter_marks_its_matches(asgi_page, screenshots):
+    owner = viewer()
+    job = page_job(owner, "long-log", JobStatus.COMPLETED)
+    write_lines(job, [f"old {number:04d}" for number in range(1200)] + ["Traceback (most recent call last):", "ValueError: bad"])
+    sign_in(asgi_page, owner)
+    asgi_page.goto(f"/jobs/{job.pk}#logs")
+    view = asgi_page.locator("[data-log-view]")
+    expect(view.locator(".log-line")).to_have_count(500)
+    view.evaluate("element => { element.scrollTop = 0; }")
+    expect(view.locator(".log-line")).to_have_count(1000)
+    expect(asgi_page.locator("[data-log-follow]")).not_to_be_checked()
+    view.evaluate("element => { element.scrollTop = 0; }")
+    expect(view.locator(".log-line")).to_have_count(1202)
+    expect(view.locator(".log-line").first).to_contain_text("old 0000")
+
+    asgi_page.click("[data-log-first-error]")
+    expect(view.locator(".log-first-error")).to_contain_text("Traceback")
+
+    asgi_page.fill("[data-log-search]", "0042")
+    expect(view.locator(".log-line")).to_have_count(1)
+    expect(view.locator("mark")).to_have_text("0042")
+    asgi_page.fill("[data-log-search]", "no such text anywhere")
+    expect(view.locator(".log-line")).to_have_count(0)
+    expect(view).to_have_attribute("data-empty", "No line matches the filter.")
+    asgi_page.screenshot(path=screenshots / "job-log-empty-filter.png")
+
+
+def test_the_metrics_headline_is_the_charts_last_rank_0_point_while_the_job_runs(asgi_page, screenshots):
+    owner = viewer()
+    job = page_job(owner, "learning", JobStatus.RUNNING)
+    write_metric(job, "loss", [(rank, step, 1.0 / (step + 1) + rank) for step in range(10) for rank in (0, 1)])
+    sign_in(asgi_page, owner)
+    asgi_page.goto(f"/jobs/{job.pk}#metrics")
+    headline = asgi_page.locator('[data-metric="loss"] [data-metric-last]')
+    expect(headline).to_have_attribute("data-value", str(1.0 / 10))
+    expect(headline).to_have_attribute("data-rank", "0")
+    expect(headline).to_contain_text("rank 0")
+    assert asgi_page.locator('[data-metric="loss"] .uplot').count() == 1
+
+    write_metric(job, "loss", [(1, 10, 5.0), (0, 10, 0.05)])
+    expect(headline).to_have_attribute("data-value", "0.05", timeout=15_000)
+    asgi_page.screenshot(path=screenshots / "job-metrics.png")
+
+
+def test_the_whole_job_page_is_in_portuguese(browser, asgi_server, screenshots):
+    owner = viewer()
+    job = failed_job(owner, "quebrado")
+    context = browser.new_context(base_url=asgi_server.url, locale="pt-BR", viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    sign_in(page, owner)
+    page.goto(f"/jobs/{job.pk}")
+    expect(page.locator("html")).to_have_attribute("lang", "pt-br")
+    page.screenshot(path=screenshots / "job-page-pt-BR.png")
+    # mpirun's words, the log and the command are shown as they were written, in no language of the page.
+    shown = []
+    for tab in ("overview", "logs", "metrics", "nccl", "command"):
+        page.click(f"#tab-{tab}")
+        shown.append(page.evaluate("""() => {
+            const parts = [document.querySelector('#job-head'), document.querySelector('[data-tab-panel]:not([hidden])')];
+            return parts.map((part) => {
+                const copy = part.cloneNode(true);
+                copy.querySelectorAll('pre, code, .log-view, script, option:not(:checked)').forEach((node) => node.remove());
+                const attributes = [...copy.querySelectorAll('[placeholder], [aria-label], [title]')]
+                    .map((node) => node.getAttribute('placeholder') || node.getAttribute('aria-label') || node.title);
+                return copy.textContent + '\\n' + attributes.join('\\n');
+            }).join('\\n'); }"""))
+    text = "\n".join(shown)
+    english_left = [msgid for msgid in untranslatable_free_msgids()
+                    if re.search(r"(?<![\w'-])" + re.escape(msgid) + r"(?![\w'-])", text)]
+    context.close()
+    assert not english_left, english_left
