@@ -48,6 +48,7 @@ check: venv
 	$(VENV)/bin/mypy jobs nccl console manage.py
 	PYTHONPATH=. $(VENV)/bin/lint-imports
 	shellcheck jobs/runtime/node_scripts/*.sh
+	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
 
 # With POSTGRES_TEST_URL set (CI sets it), the tests that depend on the database's locking and
 # transactions run a second time on PostgreSQL; the 50-job concurrent allocation test runs only there.

@@ -248,6 +248,26 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "jobs.api.errors.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "jobs.api.errors.field_naming_exception_handler",
+    # The OpenAPI schema (drf-spectacular), with the error answers every route shares.
+    "DEFAULT_SCHEMA_CLASS": "jobs.api.schema.ConsoleAutoSchema",
+}
+# The schema at /api/v1/schema and its Swagger UI at /api/v1/docs, served from the sidecar package (no CDN).
+INSTALLED_APPS += ["django_filters", "drf_spectacular", "drf_spectacular_sidecar"]
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Training console API",
+    "DESCRIPTION": (
+        "Submit distributed training jobs, follow their logs and read their results. Authenticate with "
+        "`Authorization: Token <token>` (made on the console's API tokens page). Every error is a JSON object, "
+        "the ApiError schema. The job, spec and engine lists are paginated with `limit` and `offset`."),
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"SharingEnum": "jobs.models.CodeDirectory.Sharing", "JobStatusEnum": "jobs.models.JobStatus"},
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "jobs.api.schema.add_async_log_routes"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -100,6 +100,17 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     """`?limit` is capped at MAX_PAGE_LIMIT (DRF's cutoff); an `?offset` past MAX_PAGE_OFFSET is refused."""
 
     max_limit = MAX_PAGE_LIMIT
+    limit_query_description = f"How many items to return (at most {MAX_PAGE_LIMIT})."
+    offset_query_description = "How many items to skip."
+
+    def get_paginated_response_schema(self, schema):
+        described = super().get_paginated_response_schema(schema)
+        properties = described["properties"]
+        properties["count"]["description"] = "How many items there are in all."
+        properties["next"]["description"] = "The next page's URL; null on the last page."
+        properties["previous"]["description"] = "The previous page's URL; null on the first page."
+        properties["results"] = {**schema, "description": "This page's items."}
+        return described
 
     def get_offset(self, request):
         offset = super().get_offset(request)

@@ -10,6 +10,7 @@ from django.db.models import Count
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,6 +19,9 @@ from jobs.access import visible_jobs
 from jobs.results.metrics import default_metric_definitions, downsample
 from jobs.results.outputs import stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
+
+from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
+from .schema import binary
 
 METRIC_POINTS_PAGE = 5000
 # A chart's first read may ask for its series downsampled to at most this many points each.
@@ -61,6 +65,7 @@ def outcome_data(job) -> dict:
 
 
 class JobOutcome(APIView):
+    @extend_schema(summary="How a job ended: each rank's end and the failure card", responses=OutcomeSerializer)
     def get(self, request, pk):
         return Response(outcome_data(_job(request, pk)))
 
@@ -68,6 +73,10 @@ class JobOutcome(APIView):
 class JobMetrics(APIView):
     """The job's metric points after `after` (a point id; 0 for all), with each metric's count and last value."""
 
+    @extend_schema(summary="A job's metrics", responses=MetricsSerializer, parameters=[
+        OpenApiParameter("after", int, description="A point id: the points after it (0: all)."),
+        OpenApiParameter("max_points", int, description="With after=0: each series downsampled to about this many "
+                                                         "points (its first, last, and each stretch's lowest and highest).")])
     def get(self, request, pk):
         job = _job(request, pk)
         try:
@@ -129,6 +138,7 @@ def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
 
 
 class JobOutputs(APIView):
+    @extend_schema(summary="The files a job left in its train_url", responses=OutputsSerializer)
     def get(self, request, pk):
         job = _job(request, pk)
         files = [
@@ -151,6 +161,8 @@ class JobOutputs(APIView):
 
 
 class JobOutputDownload(APIView):
+    @extend_schema(summary="Download one kept output file", responses=binary("The file."),
+                   operation_id="training_jobs_outputs_file")
     def get(self, request, pk, path):
         job = _job(request, pk)
         local = stored_file(job.pk, path)
@@ -160,6 +172,8 @@ class JobOutputDownload(APIView):
 
 
 class JobOutputsArchive(APIView):
+    @extend_schema(summary="Download every kept output file as one .tar.gz", operation_id="training_jobs_outputs_archive",
+                   responses=binary("The archive.", "application/gzip"))
     def get(self, request, pk):
         job = _job(request, pk)
         if not job.output_files.filter(kept=True).exists():

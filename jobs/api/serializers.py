@@ -1,3 +1,10 @@
+"""What the API shows and takes, field by field; the descriptions here are the schema's (/api/v1/schema).
+
+A job's detail holds its submission as given, under the same names: posting a detail back (its read-only
+fields left out) submits an equal job. The job form (jobs.forms) stays the one validator: these serializers
+only describe the body a submission posts.
+"""
+
 from django.contrib.auth.models import Group
 from rest_framework import serializers
 
@@ -5,36 +12,59 @@ from jobs.allocation import waiting_reason
 from jobs.launch.masking import mask_shell_text, masked
 from jobs.models import CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
 
+# The platform's own arguments, which the form takes as fields and a job keeps as its first parameters.
+URL_FIELDS = ("data_url", "train_url")
+
 
 class SpecSerializer(serializers.ModelSerializer):
-    display = serializers.CharField(read_only=True)
-    processes_per_node = serializers.IntegerField(read_only=True)
+    display = serializers.CharField(read_only=True, help_text="How the reference platform shows the spec.")
+    processes_per_node = serializers.IntegerField(
+        read_only=True, help_text="Ranks per node: the GPU count, or the CPU slots for a CPU spec.")
 
     class Meta:
         model = ResourceSpec
         fields = ["id", "name", "display", "gpu_count", "gpu_model", "cpu_cores", "memory_gb",
                   "cpu_slots_per_node", "processes_per_node", "network", "max_nodes"]
+        extra_kwargs = {
+            "id": {"help_text": "The spec's id; a submission may name the spec by it or by its name."},
+            "name": {"help_text": "What a submission's `spec` names."},
+            "gpu_count": {"help_text": "GPUs per node."},
+            "cpu_cores": {"help_text": "CPU cores per node."},
+            "memory_gb": {"help_text": "Memory per node, in GB."},
+            "network": {"help_text": "What connects the nodes."},
+        }
 
 
 class EngineSerializer(serializers.ModelSerializer):
-    name = serializers.SerializerMethodField()
-    engine = serializers.CharField(source="engine.name")
+    engine = serializers.CharField(source="engine.name", read_only=True,
+                                   help_text="The engine's name, as a submission's `engine` gives it (MPI, Horovod, ...).")
+    engine_version = serializers.CharField(source="version", read_only=True,
+                                           help_text="The version, as a submission's `engine_version` gives it.")
 
     class Meta:
         model = EngineVersion
-        fields = ["id", "name", "engine", "version", "python"]
-
-    def get_name(self, version: EngineVersion) -> str:
-        return str(version)
+        fields = ["id", "engine", "engine_version", "python"]
+        extra_kwargs = {
+            "id": {"help_text": "The engine version's id; a submission's `engine` may give it instead of the two names."},
+            "python": {"help_text": "The interpreter that runs the boot file in the engine's image."},
+        }
 
 
 class CodeDirSerializer(serializers.ModelSerializer):
-    owner = serializers.SerializerMethodField()
-    group = serializers.SerializerMethodField()
+    owner = serializers.SerializerMethodField(help_text="Who uploaded it; null for the shipped examples.")
+    group = serializers.SerializerMethodField(help_text="The group it is shared with when `sharing` is group.")
 
     class Meta:
         model = CodeDirectory
         fields = ["id", "name", "file_count", "size_bytes", "owner", "sharing", "group", "created_at"]
+        extra_kwargs = {
+            "id": {"help_text": "The code directory's id."},
+            "name": {"help_text": "What a submission's `code_dir` names."},
+            "file_count": {"help_text": "Files it holds."},
+            "size_bytes": {"help_text": "Their size, in bytes."},
+            "sharing": {"help_text": "Who besides its owner may see and run it."},
+            "created_at": {"help_text": "When it was uploaded."},
+        }
 
     def get_owner(self, code_dir: CodeDirectory) -> str | None:
         return code_dir.owner.username if code_dir.owner else None
@@ -50,8 +80,10 @@ class CodeDirSharingSerializer(serializers.Serializer):
     The context's `user` is the owner choosing; the instance, when given, is the code directory as it is.
     """
 
-    sharing = serializers.ChoiceField(choices=CodeDirectory.Sharing.choices, required=False)
-    group = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=150)
+    sharing = serializers.ChoiceField(choices=CodeDirectory.Sharing.choices, required=False,
+                                      help_text="private (the default), everyone, or group.")
+    group = serializers.CharField(required=False, allow_blank=True, allow_null=True, max_length=150,
+                                  help_text="The name or id of one of the owner's groups, with sharing group.")
 
     def validate_group(self, value: str | None) -> Group | None:
         text = (value or "").strip()
@@ -91,36 +123,123 @@ class CodeDirSharingSerializer(serializers.Serializer):
         return instance
 
 
+class CodeDirUploadSerializer(serializers.Serializer):
+    """An upload of a code directory (multipart/form-data)."""
+
+    name = serializers.CharField(max_length=64, help_text="The new code directory's name, unique in the console.")
+    archive = serializers.FileField(help_text="A .zip or .tar.gz of the code; one top folder is taken off.")
+    sharing = serializers.ChoiceField(choices=CodeDirectory.Sharing.choices, required=False,
+                                      help_text="private (the default), everyone, or group.")
+    group = serializers.CharField(required=False, max_length=150,
+                                  help_text="The name or id of one of the uploader's groups, with sharing group.")
+
+
 class WorkerSerializer(serializers.ModelSerializer):
-    name = serializers.CharField(read_only=True)
+    name = serializers.CharField(read_only=True, help_text="The worker's name in the job, <job>-worker-<index>.")
 
     class Meta:
         model = Worker
         fields = ["name", "index", "node_name", "address", "hostname", "state", "message"]
+        extra_kwargs = {
+            "index": {"help_text": "The worker's index: 0 runs mpirun."},
+            "node_name": {"help_text": "The node it runs on."},
+            "address": {"help_text": "The node's address."},
+            "hostname": {"help_text": "The container's host name, as the hostfile gives it."},
+            "state": {"help_text": "Where the worker's container is."},
+            "message": {"help_text": "What happened to it last, in words."},
+        }
+
+
+class NameValueSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64, help_text="1-64 letters, digits, '-' or '_'.")
+    value = serializers.CharField(allow_blank=True, max_length=4096,
+                                  help_text="Passed to the boot file as --name=value.")
+
+
+class MetricDefinitionSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64, help_text="The metric's name, e.g. loss.")
+    regex = serializers.CharField(max_length=1024, help_text=(
+        "An RE2 expression matched against each log line; its group `value` (else its first group) is the "
+        "value, a group `step` the step."))
 
 
 class TrainingJobSerializer(serializers.ModelSerializer):
-    owner = serializers.CharField(source="owner.username")
-    engine = serializers.CharField(source="engine_version.__str__")
-    code_dir = serializers.CharField(source="code_dir.name")
-    spec = serializers.CharField(source="spec.name")
-    spec_display = serializers.CharField(source="spec.display")
-    workers = WorkerSerializer(many=True, read_only=True)
-    duration_seconds = serializers.FloatField(read_only=True)
-    waiting_reason = serializers.SerializerMethodField()
+    """A job: its writable fields are its submission, the read-only ones what became of it."""
+
+    owner = serializers.CharField(source="owner.username", read_only=True, help_text="Who submitted it.")
+    engine = serializers.CharField(source="engine_version.engine.name", help_text=(
+        "The engine's name (MPI, Horovod, MindSpore-GPU), with `engine_version`; alone, its latest version. "
+        "An engine version's id or version also names one."))
+    engine_version = serializers.CharField(source="engine_version.version", required=False, help_text=(
+        "The engine's version, as /api/v1/engines lists it."))
+    code_dir = serializers.CharField(source="code_dir.name", help_text="The code directory's name (or id).")
+    spec = serializers.CharField(source="spec.name", help_text="The spec's name (or id): what one node gets.")
+    spec_display = serializers.CharField(source="spec.display", read_only=True,
+                                         help_text="The spec as the reference platform shows it.")
+    pool = serializers.CharField(source="pool.name", required=False, allow_null=True, default=None,
+                                 help_text="The resource pool's name (or id); null for any pool.")
+    data_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+                                     help_text="Where the input data is; passed first as --data_url.")
+    train_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
+                                      help_text="Where the job writes its outputs (collected from worker-0 when it ends).")
+    parameters = NameValueSerializer(many=True, required=False, help_text=(
+        "Hyperparameters, in order; the boot file gets each as --name=value after data_url and train_url."))
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False,
+                                help_text="Environment variables of every rank, NAME: value (MA_ names are the platform's).")
+    metrics = MetricDefinitionSerializer(source="metric_definitions", many=True, required=False, help_text=(
+        "How metrics are read from the log; none given means the defaults (loss, accuracy)."))
+    workers = WorkerSerializer(many=True, read_only=True, help_text="One per node, once allocated.")
+    duration_seconds = serializers.FloatField(read_only=True, allow_null=True,
+                                              help_text="Seconds since it started running, or that it ran.")
+    waiting_reason = serializers.SerializerMethodField(help_text="Why a Pending job waits, and where it stands; else empty.")
+    final_metrics = serializers.DictField(child=serializers.FloatField(), read_only=True,
+                                          help_text="Each metric's last value read from the log.")
 
     class Meta:
         model = TrainingJob
-        fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "code_dir",
-                  "boot_file", "parameters", "env", "spec", "spec_display", "node_count", "extra_args",
-                  "command_template", "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code",
-                  "created_at", "started_at", "ended_at", "duration_seconds", "log_line_count", "waiting_reason"]
+        fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "engine_version",
+                  "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
+                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "command_template",
+                  "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
+                  "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason"]
+        read_only_fields = ["id", "status", "status_message", "command_template", "command", "hostfile", "tune_file",
+                            "sshd_port", "exit_code", "stop_reason", "created_at", "started_at", "ended_at",
+                            "log_line_count"]
+        extra_kwargs = {
+            "id": {"help_text": "The job's id."},
+            "name": {"help_text": "1-64 letters, digits, '-' or '_'."},
+            "description": {"help_text": "Free text, up to 256 characters."},
+            "status": {"help_text": "Pending -> Creating -> Running -> Completed / Failed; Terminating -> Terminated "
+                                    "on a stop; Abnormal when the console lost track of it."},
+            "status_message": {"help_text": "What the last change of state said."},
+            "boot_file": {"help_text": "The Python file mpirun runs, relative to the code directory."},
+            "node_count": {"help_text": "Nodes (workers), at most the spec's max_nodes.", "min_value": 1},
+            "extra_args": {"help_text": "OPENMPI_EXTRA_ARGS: mpirun options from the allow-list."},
+            "auto_stop_hours": {"help_text": "Stop the job after this many hours (1-72); null for never.",
+                                "min_value": 1, "max_value": 72},
+            "watchdog_seconds": {"help_text": "Seconds a rank may print nothing before the job is suspected hung "
+                                              "(0: no watchdog; omitted: the administrator's default).",
+                                 "min_value": 0, "max_value": 7 * 24 * 3600},
+            "command_template": {"help_text": "The background command with its ${VARIABLES}."},
+            "command": {"help_text": "The command as run, expanded."},
+            "hostfile": {"help_text": "mpirun's hostfile."},
+            "tune_file": {"help_text": "The -x options worker-0 passes to every worker."},
+            "sshd_port": {"help_text": "The port of the job's own sshd in every worker."},
+            "exit_code": {"help_text": "mpirun's exit code: 0, or the first failed rank's."},
+            "stop_reason": {"help_text": "Who stopped a stopped job: the user (empty), auto_stop or watchdog."},
+            "created_at": {"help_text": "When it was submitted."},
+            "started_at": {"help_text": "When it started running."},
+            "ended_at": {"help_text": "When it ended."},
+            "log_line_count": {"help_text": "Lines stored in its log (the last line's sequence number)."},
+        }
 
     def get_waiting_reason(self, job: TrainingJob) -> str:
         return waiting_reason(job)
 
     def to_representation(self, job: TrainingJob) -> dict:
         shown = super().to_representation(job)
+        if "parameters" in shown:
+            shown.update(split_url_parameters(shown["parameters"]))
         request = self.context.get("request")
         if request is not None and request.user.pk == job.owner_id:
             return shown
@@ -130,13 +249,29 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         if "parameters" in shown:
             shown["parameters"] = [{**item, "value": masked(str(item.get("name", "")), str(item.get("value", "")))}
                                    for item in shown["parameters"]]
+        for field in URL_FIELDS:
+            if field in shown:
+                shown[field] = masked(field, shown[field])
         for field in ("command_template", "command", "hostfile", "extra_args"):
             if field in shown:
                 shown[field] = mask_shell_text(shown[field])
         return shown
 
 
+def split_url_parameters(parameters: list[dict]) -> dict:
+    """A job's parameters as a submission gives them: data_url and train_url, which the form puts first, as
+    their own fields, so that submitting them again puts them back where they were."""
+    rest, given = list(parameters), {}
+    for field in URL_FIELDS:
+        if rest and rest[0].get("name") == field:
+            given[field] = rest.pop(0)["value"]
+        else:
+            given[field] = ""
+    return {**given, "parameters": rest}
+
+
 class TrainingJobListSerializer(TrainingJobSerializer):
     class Meta(TrainingJobSerializer.Meta):
-        fields = ["id", "name", "owner", "status", "engine", "spec", "spec_display", "node_count", "exit_code",
-                  "created_at", "started_at", "ended_at", "duration_seconds", "final_metrics"]
+        fields = ["id", "name", "owner", "status", "engine", "engine_version", "spec", "spec_display", "pool",
+                  "node_count", "exit_code", "created_at", "started_at", "ended_at", "duration_seconds",
+                  "final_metrics"]

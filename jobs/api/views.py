@@ -2,11 +2,15 @@
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db.models import Value
+from django.db.models.functions import Concat
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
+from django_filters.rest_framework import DjangoFilterBackend  # type: ignore[import-untyped]
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,13 +21,17 @@ from jobs.forms import TrainingJobForm, form_errors
 from jobs.logs.follow import job_log_events, line_payload, log_file_chunks
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
-from jobs.models import EngineVersion, IllegalTransition, ResourceSpec
+from jobs.models import EngineVersion, IllegalTransition, ResourceSpec, TrainingJob
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission import stop_visible_job, submit_job
 
+from .answers import FirstErrorSerializer, LogLinesSerializer, NcclReportSerializer
+from .filters import JobFilter, JobOrdering
+from .schema import AFTER, LOG_FILTERS, ApiError
 from .serializers import (
     CodeDirSerializer,
     CodeDirSharingSerializer,
+    CodeDirUploadSerializer,
     EngineSerializer,
     SpecSerializer,
     TrainingJobListSerializer,
@@ -36,11 +44,13 @@ LOG_JSON_PAGE_LINES = 2000
 UPLOAD_FIELDS_ALLOWANCE = 64 * 1024
 
 
+@extend_schema(summary="The specs (flavors) a job may run on")
 class SpecList(generics.ListAPIView):
     queryset = ResourceSpec.objects.all()
     serializer_class = SpecSerializer
 
 
+@extend_schema(summary="The engine versions a job may run with")
 class EngineList(generics.ListAPIView):
     queryset = EngineVersion.objects.select_related("engine")
     serializer_class = EngineSerializer
@@ -52,9 +62,12 @@ class CodeDirList(APIView):
 
     parser_classes = [MultiPartParser]
 
+    @extend_schema(summary="The code directories the user may see", responses=CodeDirSerializer(many=True))
     def get(self, request):
         return Response(CodeDirSerializer(visible_code_dirs(request.user), many=True).data)
 
+    @extend_schema(summary="Upload a code directory", request={"multipart/form-data": CodeDirUploadSerializer},
+                   responses={201: CodeDirSerializer})
     def post(self, request):
         limit = settings.CODE_DIR_MAX_UPLOAD_BYTES
         try:
@@ -92,9 +105,12 @@ class CodeDirList(APIView):
 class CodeDirDetail(APIView):
     """One code directory the user may see; PATCH (`sharing`, `group`) changes whom it is shared with: its owner only."""
 
+    @extend_schema(summary="One code directory", responses=CodeDirSerializer)
     def get(self, request, pk):
         return Response(CodeDirSerializer(get_object_or_404(visible_code_dirs(request.user), pk=pk)).data)
 
+    @extend_schema(summary="Change whom a code directory is shared with", request=CodeDirSharingSerializer,
+                   responses=CodeDirSerializer)
     def patch(self, request, pk):
         code_dir = get_object_or_404(visible_code_dirs(request.user), pk=pk)
         if not may_share_code_dir(request.user, code_dir):
@@ -109,28 +125,61 @@ class CodeDirDetail(APIView):
         return Response(CodeDirSerializer(code_dir).data)
 
 
-class TrainingJobList(APIView):
-    def get(self, request):
-        jobs = visible_jobs(request.user)
-        if request.query_params.get("status"):
-            jobs = jobs.filter(status=request.query_params["status"])
-        if request.query_params.get("name"):
-            jobs = jobs.filter(name__icontains=request.query_params["name"])
-        return Response(TrainingJobListSerializer(jobs[:500], many=True).data)
+def submission_form_data(body: dict) -> dict:
+    """A submission as the job form takes it: `engine` and `engine_version` (the names the engine list and a
+    job's detail give) become the engine version they name. `engine` alone keeps meaning what the form
+    accepts (an id, a version, or an engine's name for its latest version), and so does the combined
+    "MPI <version>" an engine version is shown as."""
+    data = dict(body)
+    version = data.pop("engine_version", None)
+    engine = data.get("engine")
+    versions = EngineVersion.objects.select_related("engine")
+    if version not in (None, ""):
+        if not isinstance(engine, str) or not isinstance(version, str):
+            raise ValidationError({"engine_version": ["Give the engine's name as `engine` and its version as text."]})
+        found = versions.filter(engine__name=engine.strip(), version=version.strip()).first()
+        if found is None:
+            raise ValidationError({"engine_version": [f"{engine} has no version {version!r}; /api/v1/engines lists them."]})
+        data["engine"] = found.pk
+    elif isinstance(engine, str) and " " in engine.strip():
+        found = versions.annotate(label=Concat("engine__name", Value(" "), "version")).filter(label=engine.strip()).first()
+        if found is not None:
+            data["engine"] = found.pk
+    return data
 
+
+@extend_schema(summary="The jobs the user may see, newest first")
+class TrainingJobList(generics.ListAPIView):
+    """The jobs the user may see (their own; everyone's with the permission), paginated, filtered and ordered.
+
+    POST submits a job: the body is a job's detail without its read-only fields.
+    """
+
+    serializer_class = TrainingJobListSerializer
+    filter_backends = [DjangoFilterBackend, JobOrdering]
+    filterset_class = JobFilter
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema's generator, with no user
+            return TrainingJob.objects.none()
+        return visible_jobs(self.request.user)
+
+    @extend_schema(summary="Submit a job", request=TrainingJobSerializer, responses={201: TrainingJobSerializer})
     def post(self, request):
-        data = dict(request.data)
-        form = TrainingJobForm(data=data, user=request.user)
+        form = TrainingJobForm(data=submission_form_data(request.data), user=request.user)
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
         job = submit_job(form, request.user)
         return Response(TrainingJobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema(summary="One job: its submission and what became of it")
 class TrainingJobDetail(generics.RetrieveAPIView):
     serializer_class = TrainingJobSerializer
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return TrainingJob.objects.none()
         return visible_jobs(self.request.user).prefetch_related("workers")
 
 
@@ -161,6 +210,11 @@ class TrainingJobLogLines(APIView):
     older ones; `previous` is the `before` of the next older page (null at the start of the log).
     """
 
+    @extend_schema(summary="A job's log lines as JSON, filtered", responses=LogLinesSerializer, parameters=[
+        AFTER, *LOG_FILTERS,
+        OpenApiParameter("before", int, description="A sequence number: the lines before it (reading back)."),
+        OpenApiParameter("tail", bool, description="The latest lines."),
+    ])
     def get(self, request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         form = LogReadForm(request.query_params)
@@ -198,6 +252,8 @@ async def job_log(request, pk):
 class TrainingJobLogDownload(APIView):
     """The whole log as one file, or one worker's (`?worker=N`) as the reference platform names it, streamed."""
 
+    @extend_schema(summary="Download a job's log", parameters=LOG_FILTERS, responses={
+        (200, "text/plain"): OpenApiResponse(response={"type": "string"}, description="The log, as a file.")})
     def get(self, request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         form = LogQueryForm(request.query_params)
@@ -215,6 +271,8 @@ class TrainingJobLogDownload(APIView):
 class TrainingJobLogFirstError(APIView):
     """The first line after `after` (0: from the start) that looks like an error, within the filters; null if none."""
 
+    @extend_schema(summary="The first error-looking line of a job's log", parameters=[AFTER, *LOG_FILTERS],
+                   responses=FirstErrorSerializer)
     def get(self, request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         form = LogQueryForm(request.query_params)
@@ -227,12 +285,16 @@ class TrainingJobLogFirstError(APIView):
 class TrainingJobNccl(APIView):
     """What NCCL did in this job, read from its log, and what that means against the job's spec."""
 
+    @extend_schema(summary="What NCCL did in a job", responses=NcclReportSerializer)
     def get(self, request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         return Response(nccl_report(job))
 
 
 class TrainingJobStop(APIView):
+    """Stop a job: a queued one ends at once (Terminated), a live one goes Terminating while its containers end."""
+
+    @extend_schema(summary="Stop a job", request=None, responses={200: TrainingJobSerializer, 409: ApiError})
     def post(self, request, pk):
         try:
             job = stop_visible_job(request.user, pk)

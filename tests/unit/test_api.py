@@ -25,7 +25,7 @@ def test_the_owner_submits_a_job_with_a_token_and_it_is_pending(api, catalogue, 
     assert job.status == "Pending"
     assert job.parameters == [{"name": "lr", "value": "0.1"}]
     assert job.bind_args == "-bind-to none -map-by slot"
-    assert api.get("/api/v1/training-jobs").json()[0]["name"] == "train-1"
+    assert api.get("/api/v1/training-jobs").json()["results"][0]["name"] == "train-1"
 
 
 @pytest.mark.parametrize(
