@@ -45,7 +45,7 @@ AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), (
 AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
-                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds")
+                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "max_restarts")
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:
@@ -186,7 +186,23 @@ class TrainingJobForm(forms.Form):
 
     @property
     def env_rows(self) -> list[dict]:
-        return self._rows_of("env")
+        """The variables' rows, each wrong one with its own message, to be shown beside it."""
+        rows = [dict(row) for row in self._rows_of("env")]
+        if self.is_bound and "env" in self.errors:
+            seen: set[str] = set()
+            for row in rows:
+                name = str(row.get("name", ""))
+                if name in seen:
+                    row["error"] = _("Variable %(name)s is given twice.") % {"name": name}
+                else:
+                    problem = self._env_problem(name, row.get("value", ""))
+                    row["error"] = " ".join(problem.messages) if problem is not None else ""
+                seen.add(name)
+        return rows
+
+    @property
+    def env_errors_beside_rows(self) -> bool:
+        return any(row.get("error") for row in self.env_rows)
 
     @property
     def metric_rows(self) -> list[dict]:
@@ -329,6 +345,7 @@ class TrainingJobForm(forms.Form):
                 else:
                     cleaned["boot_file"] = normalised
         spec, node_count = cleaned.get("spec"), cleaned.get("node_count")
+        # The page's hint says the limit in the same words (job_form.html, data-node-hint).
         if spec and node_count and node_count > spec.max_nodes:
             self.add_error("node_count", _("This spec allows at most %(max)s nodes.") % {"max": spec.max_nodes})
         elif spec and node_count and "pool" not in self.errors:

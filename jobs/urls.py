@@ -5,6 +5,7 @@ from jobs import token_views, views
 urlpatterns = [
     path("", views.job_list, name="job-list"),
     path("jobs/new", views.job_create, name="job-create"),
+    path("jobs/bulk", views.job_bulk, name="job-bulk"),
     path("jobs/preview", views.job_preview, name="job-preview"),
     path("jobs/<int:pk>", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/live", views.job_live, name="job-live"),

@@ -1,6 +1,7 @@
 """The pages: thin views over the same form, services and log store the API uses."""
 
 import shutil
+from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -9,6 +10,7 @@ from django.core.paginator import Paginator
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -20,7 +22,7 @@ from jobs.results.outputs import outputs_root
 from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
 from .capacity import pool_capacity
 from .command_preview import preview
-from .forms import MAX_ENV_VARS, TrainingJobForm, page_data, with_kept_secrets
+from .forms import MAX_ENV_VARS, PARAM_VALUE_MAX_CHARS, TrainingJobForm, page_data, with_kept_secrets
 from .job_display import display, stop_event_message
 from .log_download import timestamped_log_response
 from .models import (
@@ -38,6 +40,9 @@ from .models import (
 from .submission import stop_visible_job, submit_job
 
 JOBS_PER_PAGE = 20
+# The form warns of a name already used among the user's latest jobs.
+TAKEN_NAMES_SHOWN = 500
+COPY_SUFFIX = "-copy"
 
 
 def _back(request, fallback: str):
@@ -48,28 +53,77 @@ def _back(request, fallback: str):
     return redirect(fallback)
 
 
+# The list's time filter: jobs created within the last ...
+CREATED_WITHIN = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+
 @login_required
 def job_list(request):
-    jobs = visible_jobs(request.user)
+    jobs = visible_jobs(request.user).select_related("engine_version__engine", "spec", "owner")
     state, query, mine = request.GET.get("state", ""), request.GET.get("q", "").strip(), request.GET.get("mine") == "1"
+    within = request.GET.get("within", "")
     if state in JobStatus.values:
         jobs = jobs.filter(status=state)
     if query:
         jobs = jobs.filter(name__icontains=query)
     if mine:
         jobs = jobs.filter(owner=request.user)
+    if within in CREATED_WITHIN:
+        jobs = jobs.filter(created_at__gte=timezone.now() - CREATED_WITHIN[within])
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     filters = request.GET.copy()
     filters.pop("page", None)
-    return render(request, "jobs/job_list.html", {
+    context = {
         "page": page,
         "jobs": page.object_list,
         "states": JobStatus.choices,
         "state": state,
         "query": query,
         "mine": mine,
+        "within": within,
+        "within_choices": [("1h", _("Last hour")), ("24h", _("Last 24 hours")), ("7d", _("Last 7 days")),
+                           ("30d", _("Last 30 days"))],
         "filter_query": filters.urlencode(),
-    })
+        "any_unfinished": any(not job.is_final for job in page.object_list),
+    }
+    # The list's poller asks for the rows only.
+    template = "jobs/_job_rows.html" if request.headers.get("HX-Request") else "jobs/job_list.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_POST
+def job_bulk(request):
+    """Stop or delete the jobs ticked on the list, each as its own button would, and say how it went."""
+    action = request.POST.get("action")
+    ids = [int(value) for value in request.POST.getlist("ids") if value.isdigit()][:JOBS_PER_PAGE * 5]
+    done, refused = [], []
+    for job in visible_jobs(request.user).filter(pk__in=ids):
+        try:
+            if action == "stop":
+                stop_visible_job(request.user, job.pk)
+                JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
+            elif action == "delete":
+                ensure_may(request.user, job, DELETE_OTHERS)
+                if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()[0]:
+                    raise IllegalTransition(job.status)
+                shutil.rmtree(outputs_root(job.pk), ignore_errors=True)
+            else:
+                break
+        except (PermissionDenied, IllegalTransition):
+            refused.append(job.name)
+        else:
+            done.append(job.name)
+    if done:
+        words = _("Stop requested for: %(names)s.") if action == "stop" else _("Deleted: %(names)s.")
+        messages.success(request, words % {"names": ", ".join(done)})
+    if refused:
+        words = (_("Not stopped (not running, or not yours to stop): %(names)s.") if action == "stop"
+                 else _("Not deleted (still running, or not yours to delete): %(names)s."))
+        messages.error(request, words % {"names": ", ".join(refused)})
+    if not done and not refused:
+        messages.error(request, _("Tick the jobs to act on first."))
+    return _back(request, reverse("job-list"))
 
 
 def _form_page(request, form, rebuilt_from=None):
@@ -82,12 +136,15 @@ def _form_page(request, form, rebuilt_from=None):
         "preparing_versions": images_being_prepared(),
         "selected_family": family,
         "max_env": MAX_ENV_VARS,
+        "param_value_max": PARAM_VALUE_MAX_CHARS,
         "code_dirs": visible_code_dirs(request.user),
         "sharing_choices": CodeDirectory.Sharing.choices,
         "user_groups": request.user.groups.order_by("name"),
         "specs": ResourceSpec.objects.all(),
         "pools": ResourcePool.objects.all(),
         "rebuilt_from": rebuilt_from,
+        "taken_names": list(TrainingJob.objects.filter(owner=request.user).order_by("-created_at")
+                            .values_list("name", flat=True)[:TAKEN_NAMES_SHOWN]),
     })
 
 
@@ -114,10 +171,22 @@ def job_create(request):
     return _form_page(request, form)
 
 
+def copy_name(name: str, user) -> str:
+    """A Rebuild's name: the old one with -copy (then -copy-2, ...), within the 64 characters names have."""
+    taken = set(TrainingJob.objects.filter(owner=user, name__startswith=name[:50]).values_list("name", flat=True))
+    for number in range(1, 100):
+        suffix = COPY_SUFFIX if number == 1 else f"{COPY_SUFFIX}-{number}"
+        candidate = name[:64 - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+    return name
+
+
 @login_required
 def job_rebuild(request, pk):
     job = get_object_or_404(visible_jobs(request.user), pk=pk)
     initial = TrainingJobForm.initial_from_job(job)
+    initial["name"] = copy_name(job.name, request.user)
     if job.owner_id != request.user.pk:
         # Another's job (staff allowed to look) is a template only: its secret-looking values stay masked.
         initial["extra_args"] = mask_shell_text(initial["extra_args"])

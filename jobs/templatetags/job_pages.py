@@ -79,8 +79,9 @@ def job_cause(job) -> dict | None:
 
 @register.filter
 def event_message(text: str) -> str:
-    """A timeline or state message in the page's language when it is one of the console's own."""
-    return translated_message(text)
+    """A timeline or state message in the page's language when it is one of the console's own, and any
+    Python repr of an exception in it said in plain words."""
+    return translated_message(plain_words(text))
 
 
 @register.filter

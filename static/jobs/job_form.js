@@ -87,18 +87,28 @@
     preview.querySelectorAll('[data-preview="' + key + '"]').forEach((node) => { node.textContent = text; });
   }
 
+  // A code directory with exactly one Python file has only one possible boot file: it is filled in,
+  // unless the user has typed one already.
   function showBootFiles(files) {
     const list = document.getElementById("boot-files");
     list.replaceChildren(...files.map((file) => { const option = document.createElement("option"); option.value = file; return option; }));
+    const boot = form.querySelector("#id_boot_file");
+    if (files.length === 1 && !boot.value.trim()) {
+      boot.value = files[0];
+      boot.dispatchEvent(new Event("input", { bubbles: true }));
+    }
   }
 
+  // The limit in the words the form's error would use, so hint and error never disagree.
   function showNodeLimit(answer) {
     const input = form.querySelector("#id_node_count");
     const hint = form.querySelector("[data-node-hint]");
-    if (answer.max_nodes) {
-      input.max = answer.max_nodes;
-      hint.textContent = Console.fillTemplate(hint.dataset.template, { max: answer.max_nodes, nodes: answer.nodes_in_pool });
-    }
+    if (!answer.max_nodes) return;
+    input.max = answer.max_nodes;
+    const bySpec = answer.nodes_in_pool > 0 && answer.max_nodes < answer.nodes_in_pool;
+    const limit = bySpec ? Console.fillTemplate(hint.dataset.specTemplate, { max: answer.max_nodes })
+      : Console.fillTemplate(hint.dataset.poolTemplate, { count: answer.nodes_in_pool });
+    hint.textContent = limit + " " + hint.dataset.single;
   }
 
   // Fields still empty are named plainly; fields that are wrong get their message.
@@ -204,4 +214,28 @@
 
   updateAddButtons();
   refreshPreview();
+
+  // Names need not be unique, but the list tells jobs apart by name: a name the user has used says so.
+  const nameInput = form.querySelector("#id_name");
+  const takenHint = form.querySelector("[data-name-taken]");
+  const takenData = document.getElementById("taken-names");
+  if (nameInput && takenHint && takenData) {
+    const taken = new Set(JSON.parse(takenData.textContent));
+    const checkName = () => {
+      const name = nameInput.value.trim();
+      takenHint.hidden = !taken.has(name);
+      takenHint.textContent = Console.fillTemplate(takenHint.dataset.template, { name: name });
+    };
+    nameInput.addEventListener("input", checkName);
+    checkName();
+  }
+
+  // After a refused submission the first wrong field (or row) has the focus, scrolled into view.
+  const firstError = form.querySelector(".errorlist:not([hidden])");
+  if (firstError) {
+    const holder = firstError.closest("td, .field, section") || firstError.parentElement;
+    const target = holder.querySelector("input:not([type=hidden]), select, textarea") || holder;
+    target.scrollIntoView({ block: "center" });
+    if (target.focus) target.focus({ preventScroll: true });
+  }
 })();

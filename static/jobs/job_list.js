@@ -1,35 +1,41 @@
-// The job list keeps the state and duration of unfinished jobs current by polling the jobs API.
+// The job list: htmx swaps the rows while a job on the page is not over (see _job_rows.html); this keeps
+// the ticked rows ticked across a swap, counts them for the bulk buttons, and counts running durations up.
 (function () {
   "use strict";
 
   const table = document.querySelector("[data-job-table]");
   if (!table) return;
-  const POLL_INTERVAL_MS = 2000;
   const states = Console.jobStates();
+  const bulk = document.getElementById("bulk-form");
+  const all = table.querySelector("[data-select-all]");
+  let ticked = new Set();
 
-  function unfinishedRows() {
-    return Array.from(table.querySelectorAll("tr[data-job-id]")).filter((row) => !(states[row.dataset.status] || {}).final);
+  function boxes() {
+    return Array.from(table.querySelectorAll("[data-select-job]"));
   }
 
-  function showJob(row, job) {
-    row.dataset.status = job.status;
-    Console.setBadge(row.querySelector("[data-state-badge]"), job.status, states);
-    row.querySelector("[data-duration]").textContent = Console.formatDuration(job.duration_seconds);
-    Console.showActionsFor(row, job.status, states);
+  function update() {
+    ticked = new Set(boxes().filter((box) => box.checked).map((box) => box.value));
+    bulk.querySelectorAll("[data-bulk]").forEach((button) => { button.disabled = ticked.size === 0; });
+    const count = bulk.querySelector("[data-selected-count]");
+    count.textContent = ticked.size ? Console.fillTemplate(count.dataset.template, { count: ticked.size }) : "";
+    all.checked = ticked.size > 0 && ticked.size === boxes().length;
   }
 
-  async function poll() {
-    const rows = unfinishedRows();
-    await Promise.all(rows.map(async (row) => {
-      try {
-        const result = await Console.fetchJSON(table.dataset.apiUrl + "/" + row.dataset.jobId);
-        if (result.ok && result.body) showJob(row, result.body);
-      } catch (error) {
-        // The next round tries again.
-      }
-    }));
-    if (unfinishedRows().length) setTimeout(poll, POLL_INTERVAL_MS);
-  }
+  table.addEventListener("change", (event) => {
+    if (event.target === all) boxes().forEach((box) => { box.checked = all.checked; });
+    update();
+  });
+  document.addEventListener("htmx:afterSwap", () => {
+    boxes().forEach((box) => { box.checked = ticked.has(box.value); });
+    update();
+  });
 
-  if (unfinishedRows().length) setTimeout(poll, POLL_INTERVAL_MS);
+  setInterval(() => {
+    table.querySelectorAll("tr[data-job-id]").forEach((row) => {
+      if (!row.dataset.started || row.dataset.ended || (states[row.dataset.status] || {}).final) return;
+      row.querySelector("[data-duration]").textContent = Console.formatDuration((Date.now() - Date.parse(row.dataset.started)) / 1000);
+    });
+  }, 1000);
+  update();
 })();

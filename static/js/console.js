@@ -77,8 +77,10 @@
   });
 
   document.addEventListener("submit", (event) => {
+    // The button pressed may ask its own question (the list's bulk buttons), else the form does.
     const form = event.target;
-    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    const asker = event.submitter && event.submitter.dataset.confirm ? event.submitter : form;
+    if (asker.dataset && asker.dataset.confirm && !window.confirm(asker.dataset.confirm)) {
       event.preventDefault();
     }
   });

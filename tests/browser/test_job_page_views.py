@@ -7,7 +7,7 @@ import re
 from playwright.sync_api import expect
 
 from jobs.models import JobStatus
-from tests.browser.helpers import log_in
+from tests.browser.helpers import add_rows, log_in
 from tests.browser.page_jobs import failed_job, page_job, viewer, write_lines, write_metric
 from tests.unit.test_translations import untranslatable_free_msgids
 
@@ -128,3 +128,63 @@ def test_the_whole_job_page_is_in_portuguese(browser, asgi_server, screenshots):
                     if re.search(r"(?<![\w'-])" + re.escape(msgid) + r"(?![\w'-])", text)]
     context.close()
     assert not english_left, english_left
+
+
+def test_every_bad_environment_row_is_reported_beside_it_and_the_first_has_the_focus(asgi_page, screenshots):
+    from jobs.code_dirs import register_examples
+    from jobs.models import CodeDirectory
+
+    owner = viewer()
+    page_job(owner, "earlier", JobStatus.COMPLETED)  # the engine and spec the form offers
+    register_examples()
+    sign_in(asgi_page, owner)
+    asgi_page.goto("/jobs/new")
+    asgi_page.fill("#id_name", "earlier")
+    expect(asgi_page.locator("[data-name-taken]")).to_contain_text("You already have a job named earlier")
+    asgi_page.fill("#id_name", "rows")
+    asgi_page.select_option("#id_code_dir", value=str(CodeDirectory.objects.get(name="gpu-train").pk))
+    expect(asgi_page.locator("#id_boot_file")).to_have_value("train.py")  # its one Python file
+    add_rows(asgi_page, "env", [("GOOD", "1"), ("MA_HOME", "x"), ("1BAD", "y"), ("LD_PRELOAD", "/x.so")])
+    asgi_page.click("#submit-job")
+
+    errors = asgi_page.locator('[data-row-error="env"]')
+    expect(errors).to_have_count(3)
+    expect(errors.nth(0)).to_contain_text("MA_HOME")
+    expect(errors.nth(1)).to_contain_text("1BAD")
+    expect(errors.nth(2)).to_contain_text("LD_PRELOAD")
+    rows = asgi_page.locator('[data-rows="env"] tbody tr')
+    expect(rows.nth(0).locator('[data-row-error]')).to_have_count(0)
+    focused = asgi_page.evaluate("document.activeElement.closest('tr') && "
+                                 "document.activeElement.closest('tr').querySelector('input[name=env_name]').value")
+    assert focused == "MA_HOME", "the first wrong row has the focus"
+    # Hint and error say the node limit in the same words (the pool has none of this spec here).
+    limit = "The pool has 0 node(s) of this spec; ask for at most that many."
+    expect(asgi_page.locator('[data-errors-for="node_count"]')).to_have_text(limit)
+    expect(asgi_page.locator("[data-node-hint]")).to_contain_text(limit)
+    asgi_page.screenshot(path=screenshots / "job-form-env-rows.png", full_page=True)
+
+
+def test_the_list_updates_its_rows_in_place_and_deletes_the_ticked_jobs_after_asking(asgi_page, screenshots):
+    from jobs.models import TrainingJob
+
+    owner = viewer()
+    running = page_job(owner, "going", JobStatus.RUNNING)
+    done = page_job(owner, "done", JobStatus.COMPLETED)
+    sign_in(asgi_page, owner)
+    asgi_page.evaluate("window.notReloaded = true")
+    row = asgi_page.locator(f'tr[data-job-id="{running.pk}"]')
+    row.locator("[data-select-job]").check()
+    TrainingJob.objects.filter(pk=running.pk).update(status=JobStatus.FAILED)
+    expect(row.locator("[data-state-badge]")).to_have_text("Failed", timeout=15_000)
+    assert asgi_page.evaluate("window.notReloaded"), "the rows were swapped in place"
+    expect(row.locator("[data-select-job]")).to_be_checked()
+    asgi_page.locator(f'tr[data-job-id="{done.pk}"] [data-select-job]').check()
+    expect(asgi_page.locator("[data-selected-count]")).to_have_text("2 selected")
+    asgi_page.screenshot(path=screenshots / "job-list-selected.png")
+
+    questions = []
+    asgi_page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept()))
+    asgi_page.click('[data-bulk][value="delete"]')
+    expect(asgi_page.locator(".messages")).to_contain_text("Deleted: ")
+    assert questions and "Delete the selected finished jobs" in questions[0]
+    assert not TrainingJob.objects.filter(pk__in=[running.pk, done.pk]).exists()

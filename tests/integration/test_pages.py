@@ -76,7 +76,8 @@ def test_a_stranger_neither_sees_nor_stops_the_owners_job_through_the_api(catalo
     job = make_job(catalog, owner, status=JobStatus.PENDING)
     api = api_of(stranger)
 
-    assert [item["id"] for item in api.get("/api/v1/training-jobs").json()] == []
+    listing = api.get("/api/v1/training-jobs").json()
+    assert [item["id"] for item in (listing["results"] if isinstance(listing, dict) else listing)] == []
     assert api.get(f"/api/v1/training-jobs/{job.pk}").status_code == 404
     assert api.get(f"/api/v1/training-jobs/{job.pk}/log/lines").status_code == 404
     assert api.post(f"/api/v1/training-jobs/{job.pk}/stop").status_code == 404
@@ -201,3 +202,83 @@ def test_a_form_refused_in_portuguese_says_why_in_portuguese(catalog, owner):
 
     assert "Use de 1 a 64 letras, dígitos, &#x27;-&#x27; ou &#x27;_&#x27;." in page
     assert "Informe um caminho dentro do diretório de código, como train.py." in page
+
+
+def test_the_list_stops_and_deletes_the_ticked_jobs_and_says_which_it_could_not(catalog, owner, stranger):
+    queued = make_job(catalog, owner, name="queued", status=JobStatus.PENDING)
+    finished = make_job(catalog, owner, name="finished", status=JobStatus.COMPLETED)
+    others = make_job(catalog, stranger, name="not-mine", status=JobStatus.COMPLETED)
+    pages = browser_of(owner)
+
+    stopped = pages.post("/jobs/bulk", {"action": "stop", "ids": [queued.pk, finished.pk]}, follow=True).content.decode()
+    deleted = pages.post("/jobs/bulk", {"action": "delete", "ids": [queued.pk, finished.pk, others.pk]}, follow=True)
+
+    assert "Stop requested for: queued." in stopped and "Not stopped (not running, or not yours to stop): finished." in stopped
+    assert "Deleted: " in deleted.content.decode()
+    assert not TrainingJob.objects.filter(pk__in=[queued.pk, finished.pk]).exists()
+    assert TrainingJob.objects.filter(pk=others.pk).exists(), "a job the user cannot see is left alone"
+    assert pages.post("/jobs/bulk", {"action": "stop", "ids": ["x", "'; drop"]}).status_code == 302
+
+
+def test_the_list_filters_by_time_and_its_rows_poll_only_while_a_job_is_unfinished(catalog, owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = make_job(catalog, owner, name="last-month", status=JobStatus.COMPLETED)
+    TrainingJob.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=20))
+    make_job(catalog, owner, name="today", status=JobStatus.COMPLETED)
+    pages = browser_of(owner)
+
+    recent = pages.get("/?within=7d").content.decode()
+    rows = pages.get("/?within=30d", HTTP_HX_REQUEST="true").content.decode()
+
+    assert "today" in recent and "last-month" not in recent
+    assert rows.lstrip().startswith("<tbody") and "last-month" in rows and "hx-get" not in rows
+    make_job(catalog, owner, name="running-now")
+    assert "hx-trigger" in pages.get("/", HTTP_HX_REQUEST="true").content.decode()
+    assert pages.get("/?within=forever&mine=1&state=Nope").status_code == 200
+
+
+def test_rebuild_offers_the_name_with_copy_and_a_stop_is_signed_in_the_timeline(catalog, owner):
+    job = make_job(catalog, owner, name="trainer", status=JobStatus.PENDING)
+    pages = browser_of(owner)
+
+    assert 'value="trainer-copy"' in pages.get(f"/jobs/{job.pk}/rebuild").content.decode()
+    make_job(catalog, owner, name="trainer-copy", status=JobStatus.COMPLETED)
+    assert 'value="trainer-copy-2"' in pages.get(f"/jobs/{job.pk}/rebuild").content.decode()
+    pages.post(f"/jobs/{job.pk}/stop")
+    assert "Stop requested by owner" in pages.get(f"/jobs/{job.pk}").content.decode()
+
+
+def test_a_failed_jobs_header_says_why_in_plain_words_and_the_live_parts_stop_polling_once_it_ended(catalog, owner):
+    job = make_job(catalog, owner, name="lost", status=JobStatus.FAILED,
+                   status_message="internal error: asyncssh.misc.ConnectionLost('Connection lost')")
+    pages = browser_of(owner)
+
+    page = pages.get(f"/jobs/{job.pk}").content.decode()
+    live = pages.get(f"/jobs/{job.pk}/live").content.decode()
+
+    assert "the connection to the node was lost (Connection lost)" in page and "ConnectionLost(" not in page
+    assert 'id="job-poller" hx-swap-oob="true"></div>' in live and 'hx-swap-oob="true"' in live
+    running = make_job(catalog, owner, name="still-going")
+    assert "hx-trigger" in pages.get(f"/jobs/{running.pk}/live").content.decode()
+    missing = pages.get("/jobs/999999")
+    assert missing.status_code == 404
+
+
+def test_the_pages_log_download_puts_each_lines_time_before_it(catalog, owner):
+    from jobs.models import LogLine
+
+    job = make_job(catalog, owner, name="logged", status=JobStatus.COMPLETED, log_line_count=2)
+    LogLine.objects.create(job=job, seq=1, rank=0, worker_index=0, stream="stdout", text="hello")
+    LogLine.objects.create(job=job, seq=2, rank=1, worker_index=1, stream="stdout", text="other worker")
+    pages = browser_of(owner)
+
+    whole = b"".join(pages.get(f"/jobs/{job.pk}/log.txt").streaming_content).decode()
+    one = pages.get(f"/jobs/{job.pk}/log.txt?worker=1")
+
+    import re
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 \[rank 0\] hello\n.+ \[rank 1\] other worker\n", whole)
+    assert b"other worker" in b"".join(one.streaming_content) and "worker-1" in one["Content-Disposition"]
+    assert pages.get(f"/jobs/{job.pk}/log.txt?worker=x").status_code == 400

@@ -1,5 +1,7 @@
 """The job form as the creation page uses it: rows, auto stop, Rebuild's initial data, the command preview."""
 
+import re
+
 import pytest
 from django.http import QueryDict
 
@@ -268,3 +270,20 @@ def test_a_variable_name_ending_in_a_line_break_is_refused(runnable):
                             "spec": "cpu-2", "node_count": 1, "env": {"GOOD\n": "1"}})
 
     assert form.errors["env"] == ["'GOOD\\n' is not a valid variable name."]
+
+
+def test_every_wrong_environment_row_carries_its_own_message_on_the_page(catalogue, owner):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(owner)
+    page = client.post("/jobs/new", {"name": "rows", "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py",
+                                     "spec": "cpu", "node_count": "1",
+                                     "env_name": ["GOOD", "MA_HOME", "1BAD", "GOOD", "LD_PRELOAD"],
+                                     "env_value": ["1", "x", "y", "2", "/x.so"]}).content.decode()
+
+    row_errors = re.findall(r'<ul class="errorlist" data-row-error="env"><li>(.*?)</li></ul>', page)
+    assert len(row_errors) == 4, row_errors
+    assert "MA_HOME" in row_errors[0] and "1BAD" in row_errors[1] and "given twice" in row_errors[2]
+    assert "LD_PRELOAD" in row_errors[3]
+    assert 'data-errors-for="env"' not in page, "the messages stand beside their rows, not again below"

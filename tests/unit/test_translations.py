@@ -74,7 +74,10 @@ def test_the_failed_job_page_in_portuguese_shows_no_english_of_the_catalogue(mak
                    status_message="Training end with return code: 1")
     client = Client()
     client.force_login(owner)
-    html = client.get(f"/jobs/{job.pk}", HTTP_ACCEPT_LANGUAGE="pt-BR").content.decode()
+    try:
+        html = client.get(f"/jobs/{job.pk}", HTTP_ACCEPT_LANGUAGE="pt-BR").content.decode()
+    finally:
+        translation.activate("en")  # the request left pt-BR active in this thread
     text = re.sub(r"<script.*?</script>|<[^>]+>", " ", html, flags=re.S)
     text = re.sub(r"\s+", " ", text)
     with translation.override("pt-br"):
