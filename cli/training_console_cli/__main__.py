@@ -1,0 +1,3 @@
+from training_console_cli.main import main
+
+raise SystemExit(main())

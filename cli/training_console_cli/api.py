@@ -1,0 +1,136 @@
+"""The console's JSON API over the standard library's HTTP, with its errors turned into one-line messages."""
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import IO, Any
+
+from . import __version__
+from .config import Settings
+from .errors import BadInput, CliError
+
+API = "/api/v1"
+TIMEOUT_SECONDS = 60
+
+
+def error_text(body: bytes, status: int) -> str:
+    """The console's error object ({"detail": ...} or {"field": [messages]}) as one line."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"HTTP {status}"
+    if not isinstance(data, dict):
+        return f"HTTP {status}: {data}"
+    parts = []
+    for field, messages in data.items():
+        text = "; ".join(str(item) for item in messages) if isinstance(messages, list) else str(messages)
+        parts.append(text if field == "detail" else f"{field}: {text}")
+    return " | ".join(parts).replace("\n", " ") or f"HTTP {status}"
+
+
+class Client:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def url(self, path: str, query: dict | None = None) -> str:
+        pairs = [(key, value) for key, value in (query or {}).items() if value is not None]
+        expanded = [(key, item) for key, value in pairs for item in (value if isinstance(value, list) else [value])]
+        suffix = f"?{urllib.parse.urlencode(expanded)}" if expanded else ""
+        base = path if path.startswith("/") else f"{API}/{path}"
+        return f"{self.settings.url}{base}{suffix}"
+
+    def open(self, method: str, path: str, *, query: dict | None = None, body: bytes | IO[bytes] | None = None,
+             headers: dict | None = None, timeout: float = TIMEOUT_SECONDS):
+        """The response, open; a refusal raises CliError (BadInput for the 4xx that mean the request was wrong)."""
+        request = urllib.request.Request(self.url(path, query), data=body, method=method, headers={
+            "Authorization": f"Token {self.settings.token}", "User-Agent": f"tc/{__version__}", **(headers or {})})
+        try:
+            return urllib.request.urlopen(request, timeout=timeout)
+        except urllib.error.HTTPError as error:
+            with error:
+                message = error_text(error.read(), error.code)
+            if error.code in (401, 403):
+                raise CliError(f"{message} (HTTP {error.code}; check the token: `tc login`)") from None
+            if 400 <= error.code < 500 and error.code != 429:
+                raise BadInput(message) from None
+            raise CliError(f"{message} (HTTP {error.code})") from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise CliError(f"cannot reach the console at {self.settings.url}: {reason}") from None
+
+    def json(self, method: str, path: str, *, query: dict | None = None, data: Any = None) -> Any:
+        body = None if data is None else json.dumps(data).encode()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        with self.open(method, path, query=query, body=body, headers=headers) as response:
+            raw = response.read()
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise CliError(f"the console answered {path} with something that is not JSON") from None
+
+    def get(self, path: str, **query) -> Any:
+        return self.json("GET", path, query=query)
+
+    def post(self, path: str, data: Any = None) -> Any:
+        return self.json("POST", path, data=data if data is not None else {})
+
+    def pages(self, path: str, query: dict, limit: int | None) -> Iterator[dict]:
+        """Every item of a paginated list (or the first `limit`), following the console's pages."""
+        offset, given = 0, 0
+        while True:
+            page_size = min(1000, limit - given) if limit is not None else 1000
+            page = self.get(path, **query, limit=page_size, offset=offset)
+            for item in page["results"]:
+                yield item
+                given += 1
+            offset += len(page["results"])
+            if not page.get("next") or not page["results"] or (limit is not None and given >= limit):
+                return
+
+    def upload(self, path: str, fields: dict[str, str], file_field: str, file_name: str, file: IO[bytes]) -> Any:
+        """A multipart/form-data POST, the file streamed from disk."""
+        boundary = f"tc-{os.urandom(12).hex()}"
+        head = b"".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+            for name, value in fields.items())
+        head += (f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{file_name}"\r\n'
+                 "Content-Type: application/octet-stream\r\n\r\n").encode()
+        tail = f"\r\n--{boundary}--\r\n".encode()
+        size = os.fstat(file.fileno()).st_size
+        stream = _Concatenated([head, file, tail])
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Accept": "application/json",
+                   "Content-Length": str(len(head) + size + len(tail))}
+        with self.open("POST", path, body=stream, headers=headers, timeout=max(TIMEOUT_SECONDS, 600)) as response:  # type: ignore[arg-type]
+            return json.loads(response.read())
+
+    def download(self, path: str, destination: IO[bytes]) -> None:
+        with self.open("GET", path) as response:
+            while chunk := response.read(1 << 16):
+                destination.write(chunk)
+
+
+class _Concatenated:
+    """Bytes, then a file, then bytes, read as one body (urllib sends a file-like body in blocks)."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def read(self, size: int = -1) -> bytes:
+        while self.parts:
+            part = self.parts[0]
+            if isinstance(part, bytes):
+                if size < 0 or size >= len(part):
+                    self.parts.pop(0)
+                    return part
+                self.parts[0] = part[size:]
+                return part[:size]
+            chunk = part.read(size if size > 0 else 1 << 16)
+            if chunk:
+                return chunk
+            self.parts.pop(0)
+        return b""

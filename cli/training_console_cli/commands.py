@@ -1,0 +1,225 @@
+"""tc's commands: each reads the API and prints for a person, or JSON with --json."""
+
+import getpass
+import json
+import sys
+from pathlib import Path, PurePosixPath
+
+from . import config
+from .api import Client
+from .documents import dumps, line_text, load_document, submission_of, with_flags, zipped_folder
+from .errors import BadInput, CliError
+from .follow import Follower, exit_code_of
+
+LIST_COLUMNS = (("id", "ID"), ("name", "NAME"), ("status", "STATUS"), ("engine", "ENGINE"), ("spec", "SPEC"),
+                ("node_count", "NODES"), ("exit_code", "EXIT"), ("created_at", "CREATED"))
+# The submission flags, each the API field of the same meaning.
+SUBMIT_FLAGS = (("--name", "name", str), ("--description", "description", str), ("--engine", "engine", str),
+                ("--engine-version", "engine_version", str), ("--code-dir", "code_dir", str),
+                ("--boot-file", "boot_file", str), ("--spec", "spec", str), ("--pool", "pool", str),
+                ("--nodes", "node_count", int), ("--data-url", "data_url", str), ("--train-url", "train_url", str),
+                ("--extra-args", "extra_args", str), ("--auto-stop-hours", "auto_stop_hours", int),
+                ("--watchdog-seconds", "watchdog_seconds", int))
+
+
+def client_of(args) -> Client:
+    return Client(config.load(args.url, args.token))
+
+
+def job_id(client: Client, given: str) -> int:
+    """A job named by its id, or by its name (the newest job of that name the user may see)."""
+    if given.isdigit():
+        return int(given)
+    found = [job for job in client.get("training-jobs", name=given, limit=100)["results"] if job["name"] == given]
+    if not found:
+        raise BadInput(f"no job is named {given!r} (give its id, or its exact name)")
+    return found[0]["id"]
+
+
+def report(data, as_json: bool, text: str) -> int:
+    print(dumps(data) if as_json else text)
+    return 0
+
+
+def print_job(job: dict, as_json: bool) -> None:
+    if as_json:
+        print(dumps(job))
+        return
+    engine = " ".join(part for part in (job.get("engine"), job.get("engine_version")) if part)
+    rows = [("job", f"{job['id']} {job['name']}"), ("status", job["status"]), ("message", job.get("status_message")),
+            ("engine", engine), ("code", f"{job.get('code_dir')} / {job.get('boot_file')}"),
+            ("spec", f"{job.get('spec')} x {job.get('node_count')} node(s)"), ("exit code", job.get("exit_code")),
+            ("waiting", job.get("waiting_reason")), ("command", job.get("command"))]
+    for label, value in rows:
+        if value not in (None, ""):
+            print(f"{label:>10}: {value}")
+
+
+def cmd_login(args) -> int:
+    url = config.normalised_url(args.url or input("Console URL: "))
+    token = args.token or (getpass.getpass("API token: ") if sys.stdin.isatty() else sys.stdin.readline()).strip()
+    if not token:
+        raise BadInput("give the API token made on the console's API tokens page")
+    settings = config.Settings(url, token)
+    Client(settings).get("training-jobs", limit=1)
+    path = config.save(settings)
+    print(f"Signed in to {url}; the token is kept in {path} (readable by you only).")
+    return 0
+
+
+def cmd_submit(args) -> int:
+    document = load_document(args.file) if args.file else {}
+    flags = {field: getattr(args, field) for _flag, field, _type in SUBMIT_FLAGS}
+    body = with_flags(document, flags, args.param, args.env)
+    client = client_of(args)
+    job = client.post("training-jobs", body)
+    return submitted(client, job, args)
+
+
+def submitted(client: Client, job: dict, args) -> int:
+    if args.json and not args.follow:
+        print(dumps(job))
+    else:
+        print(f"Submitted job {job['id']} ({job['name']}): {job['status']}", file=sys.stderr if args.follow else sys.stdout)
+    if args.follow:
+        return follow(client, job["id"], {}, args.json)
+    return 0
+
+
+def cmd_ls(args) -> int:
+    client = client_of(args)
+    query = {"status": args.status or None, "owner": args.owner, "spec": args.spec, "pool": args.pool,
+             "name": args.name, "created_after": args.created_after, "created_before": args.created_before,
+             "ordering": args.ordering}
+    jobs = list(client.pages("training-jobs", query, None if args.all else args.limit))
+    if args.json:
+        print(dumps(jobs))
+        return 0
+    table = [[title for _key, title in LIST_COLUMNS]]
+    table += [["" if job.get(key) is None else str(job[key])[:19] for key, _title in LIST_COLUMNS] for job in jobs]
+    widths = [max(len(row[column]) for row in table) for column in range(len(LIST_COLUMNS))]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_show(args) -> int:
+    client = client_of(args)
+    print_job(client.get(f"training-jobs/{job_id(client, args.job)}"), args.json)
+    return 0
+
+
+def show_line(as_json: bool):
+    def show(line: dict) -> None:
+        print(json.dumps(line, ensure_ascii=False) if as_json else line_text(line), flush=True)
+    return show
+
+
+def follow(client: Client, job: int, query: dict, as_json: bool, last_id: str | None = None) -> int:
+    ended = Follower(client, job, query, show_line(as_json), last_id=last_id).run()
+    code = exit_code_of(ended)
+    print(f"tc: job {job} {ended['status']}" + (f" (exit code {ended['exit_code']})" if ended.get("exit_code") is not None
+                                                  else ""), file=sys.stderr)
+    return code
+
+
+def cmd_logs(args) -> int:
+    client = client_of(args)
+    job = job_id(client, args.job)
+    query = {"worker": args.worker, "rank": args.rank}
+    if args.follow:
+        return follow(client, job, query, args.json, last_id=str(args.after) if args.after else None)
+    show, after = show_line(args.json), args.after or 0
+    while True:
+        page = client.get(f"training-jobs/{job}/log/lines", after=after, **query)
+        for line in page["lines"]:
+            show(line)
+        after = page["next"]
+        if not page["more"]:
+            return 0
+
+
+def cmd_stop(args) -> int:
+    client = client_of(args)
+    job = client.post(f"training-jobs/{job_id(client, args.job)}/stop")
+    return report(job, args.json, f"Job {job['id']} ({job['name']}): {job['status']}")
+
+
+def writable_fields(client: Client) -> set[str] | None:
+    try:
+        schema = client.get("/api/v1/schema", format="json")
+        return set(schema["components"]["schemas"]["TrainingJobRequest"]["properties"])
+    except (CliError, KeyError, TypeError):
+        return None
+
+
+def cmd_rebuild(args) -> int:
+    client = client_of(args)
+    detail = client.get(f"training-jobs/{job_id(client, args.job)}")
+    body = submission_of(detail, writable_fields(client))
+    if args.name:
+        body["name"] = args.name
+    return submitted(client, client.post("training-jobs", body), args)
+
+
+def cmd_code_push(args) -> int:
+    folder = Path(args.dir).expanduser()
+    name = args.name or folder.resolve().name
+    fields = {"name": name, **({"sharing": args.sharing} if args.sharing else {}),
+              **({"group": args.group} if args.group else {})}
+    client = client_of(args)
+    with zipped_folder(folder, name) as archive:
+        code_dir = client.upload("code-dirs", fields, "archive", f"{name}.zip", archive)
+    return report(code_dir, args.json, f"Uploaded code directory {code_dir['name']} (id {code_dir['id']}): "
+                  f"{code_dir['file_count']} file(s), {code_dir['size_bytes']} bytes, {code_dir['sharing']}")
+
+
+def cmd_nccl(args) -> int:
+    client = client_of(args)
+    report = client.get(f"training-jobs/{job_id(client, args.job)}/nccl")
+    if args.json:
+        print(dumps(report))
+        return 0
+    expected = report["expected"]
+    print(f"job {report['status']}: {report['nccl_lines']} NCCL line(s) of {report['log_lines']}; expected "
+          f"{expected['ranks']} rank(s) on {expected['nodes']} node(s) over {expected['network']}")
+    if not report["seen"]:
+        print("NCCL printed nothing (set NCCL_DEBUG=INFO to see what it does).")
+    summary = report.get("summary") or {}
+    for key in ("version", "net", "transports", "process_count"):
+        if summary.get(key) not in (None, "", [], {}):
+            print(f"{key:>14}: {summary[key]}")
+    for finding in report["diagnosis"]:
+        print(f"[{finding.get('severity')}] {finding.get('message')}")
+    return 0
+
+
+def safe_destination(root: Path, path: str) -> Path:
+    relative = PurePosixPath(path)
+    if relative.is_absolute() or ".." in relative.parts:
+        raise CliError(f"the console named an output outside its folder: {path!r}")
+    return root.joinpath(*relative.parts)
+
+
+def cmd_outputs(args) -> int:
+    client = client_of(args)
+    outputs = client.get(f"training-jobs/{job_id(client, args.job)}/outputs")
+    if args.get:
+        root = Path(args.get)
+        for item in outputs["files"]:
+            if item["kept"] and item["url"]:
+                target = safe_destination(root, item["path"])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "wb") as file:
+                    client.download(item["url"], file)
+    if args.json:
+        print(dumps(outputs))
+        return 0
+    summary = outputs.get("summary") or {}
+    if summary.get("message"):
+        print(summary["message"])
+    for item in outputs["files"]:
+        print(f"{item['size']:>12}  {item['path']}" + ("" if item["kept"] else "  (not kept: over the limit)"))
+    if args.get:
+        print(f"Kept files saved under {args.get}", file=sys.stderr)
+    return 0
