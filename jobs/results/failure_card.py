@@ -184,7 +184,8 @@ def _lost_node(context: CardContext) -> str:
     lost = context.lost_worker
     if lost is None:
         return context.report.node
-    return context.report.node or context.facts.nodes.get(lost, "")
+    # The console knows which node it lost; mpirun's report names only the container's host name.
+    return context.facts.nodes.get(lost, "") or context.report.node
 
 
 def _lost_hints(context: CardContext) -> list[str]:

@@ -57,8 +57,20 @@ class WorkerWatch:
                     await self.on_lost(lost)
                     return
         finally:
-            for connection in self.connections.values():
-                connection.close()
+            self.close()
+
+    def close(self) -> None:
+        for connection in self.connections.values():
+            connection.close()
+        self.connections.clear()
+
+    async def gone_workers(self) -> dict[int, str]:
+        """One look now: the workers whose container is gone (mpirun may have noticed before the watch did)."""
+        try:
+            probes = await asyncio.gather(*(self.probe(worker) for worker in self.workers))
+        finally:
+            self.close()
+        return {probe.index: probe.gone for probe in probes if probe.gone}
 
     def judge(self, probes: list[Probe], now: float) -> dict[int, str]:
         lost: dict[int, str] = {}

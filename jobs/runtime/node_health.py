@@ -31,6 +31,7 @@ HEALTH_COMMAND_TIMEOUT = 30
 HEALTH_CONCURRENCY = 32
 
 FACTS_SCRIPT = (NODE_SCRIPTS / "health-facts.sh").read_text()
+STOP_SCRIPT = (NODE_SCRIPTS / "stop-worker.sh").read_text()
 
 
 def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
@@ -40,11 +41,24 @@ def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
     or of another job than the node's is a leftover. Each node has its own containers.
     """
     seen = {entry["name"]: entry["state"] for entry in facts.get("containers") or []}
+    return [f"{name} ({seen[name]})" for name in leftover_names(facts, node_id)]
+
+
+def leftover_names(facts: NodeFacts, node_id: int) -> list[str]:
+    seen = {entry["name"] for entry in facts.get("containers") or []}
     if not seen:
         return []
     live = set(Worker.objects.filter(node_id=node_id, container_name__in=seen).exclude(job__status__in=FINAL_STATES)
                .values_list("container_name", flat=True))
-    return [f"{name} ({seen[name]})" for name in sorted(set(seen) - live)]
+    return sorted(seen - live)
+
+
+def leftover_workdirs(node_id: int, names: list[str], work_root: str) -> dict[str, str]:
+    """Where each leftover's files are on the node ("" for a container whose job is gone)."""
+    workers = Worker.objects.filter(node_id=node_id, container_name__in=names).select_related("job")
+    known = {worker.container_name: f"{work_root.rstrip('/')}/{worker.job.dns_name}/worker-{worker.index}"
+             for worker in workers}
+    return {name: known.get(name, "") for name in names}
 
 
 # ---- Talking to nodes ----
@@ -143,8 +157,35 @@ def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
             unreadable[node.pk] = Probe(node.pk, error=f"{node.name}: {error}")
     wanted = socket_ifnames(LauncherDefaults.current().x_args)
     probes = {result.node_id: result for result in asyncio.run(probe_all(targets, settings.NODE_WORK_ROOT, wanted))}
+    # A teardown that could not reach a node (its network was cut, it rebooted) is finished here, once it
+    # answers again: what ended jobs left is removed, and the check looks again.
+    leftovers = {node_id: leftover_workdirs(node_id, names, settings.NODE_WORK_ROOT)
+                 for node_id, result in probes.items() if result.facts
+                 and (names := leftover_names(result.facts, node_id))}
+    if leftovers:
+        cleaned = [(node_id, target) for node_id, target in targets if node_id in leftovers]
+        asyncio.run(remove_leftovers(cleaned, leftovers))
+        probes.update({result.node_id: result
+                       for result in asyncio.run(probe_all(cleaned, settings.NODE_WORK_ROOT, wanted))})
     probes.update(unreadable)
     return [record(node, probes[node.pk]) for node in nodes]
+
+
+async def remove_leftovers(targets: list[tuple[int, SshTarget]], leftovers: dict[int, dict[str, str]]) -> None:
+    async def one(node_id: int, target: SshTarget) -> None:
+        try:
+            connection = await connect(target)
+            async with connection:
+                for name, workdir in leftovers[node_id].items():
+                    command = (shlex.join(["sh", "-s", "--", workdir, name]) if workdir
+                               else shlex.join(["podman", "rm", "--force", "--time", "2", name]))
+                    logger.info("%s: removing %s, left by an ended job", target.label, name)
+                    await connection.run(command, input=STOP_SCRIPT if workdir else None, check=False,
+                                         timeout=settings.SSH_COMMAND_TIMEOUT)
+        except (NodeError, TimeoutError, OSError, asyncssh.Error) as error:
+            logger.warning("%s: could not remove what ended jobs left: %s", target.label, error)
+
+    await asyncio.gather(*(one(node_id, target) for node_id, target in targets))
 
 
 def nodes_due_for_check():

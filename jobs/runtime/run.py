@@ -231,9 +231,16 @@ class JobRun:
         monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console,
                              not_running=self.stopping)
         watching = asyncio.create_task(monitor.run())
-        workers = asyncio.create_task(WorkerWatch(self.plan.workers, self.lose_workers).run())
+        watch = WorkerWatch(self.plan.workers, self.lose_workers)
+        workers = asyncio.create_task(watch.run())
         try:
-            return await launch(self.plan, LogSink(self.job_id), cursor, self.stopping)
+            exit_code = await launch(self.plan, LogSink(self.job_id), cursor, self.stopping)
+            if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
+                # mpirun may fail for a worker it lost before the watch's next look: one more look says so.
+                workers.cancel()
+                await asyncio.gather(workers, return_exceptions=True)
+                self.lost = await watch.gone_workers()
+            return exit_code
         finally:
             workers.cancel()
             await asyncio.gather(workers, return_exceptions=True)

@@ -3,6 +3,8 @@
 import json
 import time
 
+import pytest
+
 from jobs.code_dirs import register_examples
 from jobs.models import JobStatus, Network, Node, ResourceSpec, TrainingJob
 from tests.integration.helpers import (
@@ -139,6 +141,7 @@ def test_a_small_job_without_a_limit_waits_behind_a_big_one_while_nodes_are_busy
     assert nodes_free()
 
 
+@pytest.mark.fault("a node's sshd down before the start", "the job fails naming the node; the other node is freed")
 def test_a_node_that_does_not_answer_ssh_fails_the_job_naming_it_and_frees_the_other(api, console):
     good, = console["nodes"][:1]
     flaky = ResourceSpec.objects.create(name="flaky", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2, network=Network.SOCKET)

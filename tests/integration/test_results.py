@@ -6,6 +6,7 @@ import tarfile
 import time
 from datetime import timedelta
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
@@ -78,6 +79,7 @@ def test_a_rank_that_raises_gives_a_card_naming_the_exception_its_rank_and_worke
     assert "Checked on every node: no process of the job is left." in page
 
 
+@pytest.mark.fault("a rank SIGKILLed", "the job fails; the card names the rank and its signal")
 def test_a_rank_killed_with_sigkill_is_reported_with_its_signal(api, console):
     job = submit(api, "sigkill.py", parameters=[{"name": "rank", "value": "2"}])
     job = wait_for(job, [JobStatus.FAILED])
@@ -111,6 +113,7 @@ def test_a_rank_that_falls_silent_trips_the_watchdog_and_its_owner_stops_the_job
     assert_nothing_left_on_any_node(job, console)
 
 
+@pytest.mark.fault("a rank hung, with the watchdog allowed to stop", "the watchdog stops the job, naming the silent rank")
 def test_with_the_administrators_leave_the_watchdog_stops_a_hung_job_itself(api, console):
     LauncherDefaults.objects.filter(pk=1).update(watchdog_may_stop=True)
     job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "2"}], watchdog_seconds=8)

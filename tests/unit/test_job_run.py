@@ -86,6 +86,9 @@ class FakeNodes:
             async def run(self):
                 await asyncio.Event().wait()
 
+            async def gone_workers(self):
+                return {}
+
         return Idle()
 
     async def teardown_all(self, workers):
