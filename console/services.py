@@ -1,4 +1,4 @@
-"""Starting the console's processes (Redis, a Celery worker, the web server), for `runconsole` and the tests.
+"""Starting the console's processes (Redis, a Celery worker and beat, the web server), for `runconsole` and the tests.
 
 A dev and test helper, outside the app's import graph: only `manage.py runconsole`, the tests and the
 benchmarks import it; no view, task or model does.
@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
         time.sleep(0.1)
 
 
-def start_redis(port: int, log_path: Path) -> subprocess.Popen:
+def start_redis(port: int, log_path: Path, preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (Debian package redis-server)")
@@ -48,19 +49,32 @@ def start_redis(port: int, log_path: Path) -> subprocess.Popen:
          "--logfile", str(log_path), "--dir", str(log_path.parent)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
+        preexec_fn=preexec_fn,
     )
     wait_for_port("127.0.0.1", port, 10, process)
     return process
 
 
-def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int = 16, beat: bool = False) -> subprocess.Popen:
+def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int = 16, beat: bool = False,
+                        preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
     # Threads, not processes: a job's task mostly waits on SSH, and a stop must run beside it.
     command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads",
                "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     if beat:
         command += ["--beat", "--schedule", str(log_path.parent / "celerybeat-schedule")]
     log = open(log_path, "ab")
-    return subprocess.Popen(command, cwd=BASE_DIR, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(command, cwd=BASE_DIR, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=preexec_fn)
+
+
+def start_celery_beat(env: dict[str, str], log_path: Path, preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """Celery beat on its own: one scheduler, whose pidfile refuses a second one beside it."""
+    command = [sys.executable, "-m", "celery", "-A", "console", "beat", "--loglevel", "INFO",
+               "--schedule", str(log_path.parent / "celerybeat-schedule"),
+               "--pidfile", str(log_path.parent / "celerybeat.pid")]
+    log = open(log_path, "ab")
+    return subprocess.Popen(command, cwd=BASE_DIR, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=preexec_fn)
 
 
 def stop(process: subprocess.Popen | None, timeout: float = 15) -> None:

@@ -1,4 +1,7 @@
-"""`runconsole`: the whole console on its embedded defaults, in the foreground; Ctrl-C stops what it started."""
+"""`runconsole`: the whole console on its embedded defaults, in the foreground; Ctrl-C stops what it started.
+
+Its children are supervised: one that crashes is started again, and none outlives it.
+"""
 
 import signal
 import subprocess
@@ -11,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from console import services
+from console.supervisor import Supervisor, end_with_parent
 
 
 def local_address(host: str) -> str:
@@ -30,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-cluster", action="store_true", help="use the nodes already registered")
 
     def handle(self, *args, host, port, nodes, slots, no_cluster, **options):
-        started: list[subprocess.Popen] = []
+        children = Supervisor(say=self.stderr.write)
         cluster_up = False
         logs = settings.VAR_DIR / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -56,31 +60,27 @@ class Command(BaseCommand):
                 self.stdout.write(f"using the Redis at {redis_host}:{redis_port}")
             else:
                 self.stdout.write(f"starting Redis on {redis_host}:{redis_port}")
-                started.append(services.start_redis(redis_port, logs / "redis.log"))
-            started.append(services.start_celery_worker({}, logs / "celery-worker.log", beat=True))
-            started.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
-                     "--log-level", "info"],
-                    cwd=settings.BASE_DIR,
-                )
-            )
-            services.wait_for_port(local_address(host), port, 30, started[-1])
+                children.add("redis", lambda: services.start_redis(redis_port, logs / "redis.log", end_with_parent))
+            children.add("celery worker", lambda: services.start_celery_worker(
+                {}, logs / "celery-worker.log", preexec_fn=end_with_parent))
+            children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log", end_with_parent))
+            web = children.add("web server", lambda: subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
+                 "--log-level", "info"], cwd=settings.BASE_DIR, preexec_fn=end_with_parent))
+            services.wait_for_port(local_address(host), port, 30, web.process)
             shown = "localhost" if host in ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost") else host
             shown = f"[{shown}]" if ":" in shown else shown
             self.stdout.write(self.style.SUCCESS(f"The console is up at http://{shown}:{port}/  (Ctrl-C stops it)"))
             self.stdout.write(f"logs: {logs}")
+            # A child that dies is started again (see console.supervisor); only Ctrl-C or SIGTERM stops all.
             while not stopping:
                 time.sleep(0.5)
-                for process in started:
-                    if process.poll() is not None and not stopping:
-                        self.stderr.write(f"{process.args[:4]} exited with {process.returncode}; stopping")
-                        return
+                if not stopping:
+                    children.poll()
         except KeyboardInterrupt:
             pass
         finally:
             self.stdout.write("stopping the console")
-            for process in reversed(started):
-                services.stop(process)
+            children.stop_all(services.stop)
             if cluster_up:
                 call_command("localcluster", "down", stdout=self.stdout)
