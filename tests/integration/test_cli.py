@@ -225,3 +225,26 @@ def test_a_follower_restarted_mid_job_after_its_last_line_prints_each_line_once(
     assert done.returncode == 0, done.stderr
     seqs += [json.loads(line)["seq"] for line in done.stdout.splitlines()]
     assert seqs == list(range(1, TrainingJob.objects.get(pk=job["id"]).log_line_count + 1))
+
+
+def test_login_then_a_jobs_outputs_fetched_and_its_nccl_report(tc, console, tmp_path):
+    config = tmp_path / "login" / "tc.json"
+    env = {name: value for name, value in tc.env.items() if name not in ("TC_URL", "TC_TOKEN")}
+    login = subprocess.run([str(TC), "login", "--url", tc.env["TC_URL"], "--token", tc.env["TC_TOKEN"]],
+                           capture_output=True, text=True, env={**env, "TC_CONFIG": str(config)}, timeout=60)
+    assert login.returncode == 0, login.stderr
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    tc.env = {**env, "TC_CONFIG": str(config)}
+    push(tc, tmp_path, "write_output.py", "cli-outputs")
+    done = tc.run("submit", str(job_file(tmp_path, "cli-outputs", "write_output.py", train_url="/home/ma-user/outputs")),
+                  "--param", "big_bytes=10", "--follow")
+    assert done.returncode == 0, done.stderr
+    job = TrainingJob.objects.get(name="cli-job")
+    listed = tc.run("outputs", str(job.pk), "--get", str(tmp_path / "got"))
+    assert listed.returncode == 0, listed.stderr
+    assert "checkpoints/step-1.txt" in listed.stdout
+    assert (tmp_path / "got" / "result.txt").read_text() == "trained by 4 ranks\n"
+    assert (tmp_path / "got" / "checkpoints" / "step-1.txt").read_text() == "weights 1 2 3\n"
+    report = tc.json("nccl", str(job.pk))
+    assert report["status"] == JobStatus.COMPLETED and report["expected"]["ranks"] == 4
+    assert tc.run("nccl", str(job.pk)).returncode == 0
