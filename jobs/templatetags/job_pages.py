@@ -6,6 +6,7 @@ from django import template
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from jobs.card_words import card_words as say_card_words
 from jobs.job_display import PREPARATION_STEPS, badge, translated_message
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 from jobs.results.failure_card import plain_words
@@ -64,7 +65,7 @@ def job_cause(job) -> dict | None:
     if job.status not in (JobStatus.FAILED, JobStatus.ABNORMAL):
         return None
     card = job.failure or {}
-    title = card.get("title") or plain_words(job.status_message) or _("The job failed")
+    title = say_card_words(card.get("title") or "") or translated_message(plain_words(job.status_message)) or _("The job failed")
     mpirun = ""
     if str(card.get("kind", "")).startswith("mpirun") or card.get("kind") in ("node_lost", "unknown"):
         mpirun = "\n".join((card.get("mpirun") or "").splitlines()[:4])
@@ -111,3 +112,20 @@ def rank0_finals(job) -> dict:
             point = points.first()
         finals[name] = point if point is not None else job.final_metrics[name]
     return finals
+
+
+@register.filter
+def card_words(text: str) -> str:
+    """A sentence of the failure card (headline, how a rank ended, a hint) in the page's language."""
+    return say_card_words(str(text or ""))
+
+
+@register.filter
+def spec_words(spec) -> str:
+    """A spec as ResourceSpec.display says it, in the page's language."""
+    parts = []
+    if spec.gpu_count:
+        parts.append(_("GPU: %(count)s × %(model)s") % {"count": spec.gpu_count, "model": spec.gpu_model or "GPU"})
+    parts.append(_("CPU: %(cores)s cores") % {"cores": spec.cpu_cores})
+    parts.append(_("Memory: %(gb)s GB") % {"gb": spec.memory_gb})
+    return " | ".join(parts)

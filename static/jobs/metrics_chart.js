@@ -136,6 +136,7 @@
       } else {
         chart.uplot.setData(data);
       }
+      chart.figure.dataset.points = String(data[0].length);
       showHeadline(chart, lines, data);
     }
 

@@ -1,4 +1,5 @@
-"""A real headless Chromium (Debian's package) driven by Playwright, against the console served by `live_server`.
+"""A real headless Chromium (Debian's package) driven by Playwright, against the console under uvicorn (as
+`make run` serves it: the live log's Server-Sent Events need an ASGI server, which `live_server` is not).
 
 The services (Redis, Celery, the local cluster) come from tests/conftest.py, shared with the integration tests.
 """
@@ -43,13 +44,6 @@ def browser():
         chromium.close()
 
 
-@pytest.fixture
-def page(browser, live_server):
-    context = browser.new_context(base_url=live_server.url, locale="en-US", viewport={"width": 1440, "height": 1000})
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 @pytest.fixture
@@ -102,6 +96,15 @@ def asgi_server(transactional_db, redis_server):
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def page(browser, asgi_server):
+    context = browser.new_context(base_url=asgi_server.url, locale="en-US", viewport={"width": 1440, "height": 1000})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    yield page
+    context.close()
 
 
 @pytest.fixture

@@ -59,7 +59,8 @@ def failed_job(owner, name: str = "broken") -> TrainingJob:
                        "kind": "mpirun_launch", "title": "mpirun could not start or reach its daemon on node-1",
                        "rank": None, "worker": None, "node": "node-1", "how": "", "exit_code": 1, "signal": None,
                        "exception": "", "where": "", "last_lines": [], "others": [], "mpirun": MPIRUN_WORDS, "nccl": [],
-                       "hints": ["mpirun reaches the other workers over SSH on the job's port."]})
+                       "hints": ["mpirun reaches the other workers over SSH on the job's port: check that every worker's "
+                                 "container started and that the nodes can reach each other."]})
     JobEvent.objects.create(job=job, kind="state:Failed", message="Training end with return code: 1")
     write_lines(job, [f"step={step} loss={1 / (step + 1):.4f}" for step in range(30)] + [MPIRUN_WORDS.splitlines()[0]])
     return job

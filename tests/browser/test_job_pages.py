@@ -182,7 +182,7 @@ def test_stop_leaves_a_running_job_terminated_then_rebuild_fills_the_form_and_de
     assert wait_for(job, [JobStatus.TERMINATED], timeout=5).status == JobStatus.TERMINATED
 
     page.locator('#job-head [data-action="rebuild"]').click()
-    expect(page.locator("#id_name")).to_have_value("sleeper")
+    expect(page.locator("#id_name")).to_have_value("sleeper-copy")
     expect(page.locator("#id_boot_file")).to_have_value("probe.py")
     expect(page.locator("#id_node_count")).to_have_value("2")
     assert row_values(page, "param") == [("sleep", "600")]

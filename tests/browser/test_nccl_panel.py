@@ -25,7 +25,7 @@ def test_the_owner_sees_which_rank_ran_where_and_that_the_promised_infiniband_wa
     TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
 
     log_in(page, "nccl-owner")
-    page.goto(f"/jobs/{job.pk}")
+    page.goto(f"/jobs/{job.pk}#nccl")
     panel = page.locator("#nccl-panel")
     expect(panel.locator('[data-nccl-fact="net"]')).to_contain_text("TCP sockets")
     expect(panel.locator('[data-code="socket-fallback"]')).to_contain_text("InfiniBand")
