@@ -3,8 +3,11 @@
 The job pages, the API and the admin all submit and stop through here.
 """
 
-from django.db import transaction
+from functools import partial
+
+from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from jobs import tasks
 from jobs.access import STOP_OTHERS, ensure_may, visible_jobs
@@ -48,23 +51,53 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
 
 
 def submit_job(form: TrainingJobForm, owner) -> TrainingJob:
+    return submit_job_once(form, owner, "")[0]
+
+
+def submit_job_once(form: TrainingJobForm, owner, idempotency_key: str) -> tuple[TrainingJob, bool]:
+    """Queue the job a valid form describes; (the job, whether it was created now).
+
+    With an idempotency key, a retry of the same submission (a client that lost the answer, a double
+    click) gets the job the first one created, however the two raced.
+    """
+    if idempotency_key:
+        earlier = TrainingJob.objects.filter(owner=owner, idempotency_key=idempotency_key).first()
+        if earlier is not None:
+            return earlier, False
     job = job_from_form(form, owner)
-    with transaction.atomic():
-        job.save()
-        job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
-        job.save(update_fields=["sshd_port"])
-        JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
-        transaction.on_commit(tasks.dispatch_pending_jobs.delay)
-    return job
+    job.idempotency_key = idempotency_key
+    try:
+        with transaction.atomic():
+            job.save()
+            job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
+            job.save(update_fields=["sshd_port"])
+            JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
+            # The queue is in commit order: a submission that commits later queues later, whenever it began.
+            transaction.on_commit(partial(_stamp_queued, job))
+            # The broker may be away: the job is kept all the same, and the periodic dispatch queues it.
+            transaction.on_commit(tasks.wake_dispatcher)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        return TrainingJob.objects.get(owner=owner, idempotency_key=idempotency_key), False
+    return job, True
+
+
+def _stamp_queued(job: TrainingJob) -> None:
+    job.created_at = timezone.now()
+    TrainingJob.objects.filter(pk=job.pk).update(created_at=job.created_at)
 
 
 def request_stop(job: TrainingJob) -> None:
-    """Stop a job: a queued one ends at once, a live one gets its containers ended by a worker."""
+    """Stop a job: a queued one ends at once, a live one gets its containers ended by a worker.
+
+    With the broker away the stop still happens: the job's run sees it Terminating and ends its containers.
+    """
     finished = job.terminate()
     if finished:
-        transaction.on_commit(tasks.dispatch_pending_jobs.delay)
+        transaction.on_commit(tasks.wake_dispatcher)
     else:
-        transaction.on_commit(lambda: tasks.stop_job.delay(job.pk))
+        transaction.on_commit(partial(tasks.queue_stop, job.pk))
 
 
 def stop_visible_job(user, pk: int) -> TrainingJob:

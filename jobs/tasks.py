@@ -67,9 +67,17 @@ def take_up_lost_runs(**_) -> None:
         logger.warning("could not queue the reaper at start", exc_info=True)
 
 
+def queue_stop(job_id: int) -> None:
+    try:
+        stop_job.apply_async((job_id,), retry=False)
+    except Exception:  # noqa: BLE001 - the job's own run ends its containers when it sees the stop
+        logger.warning("could not queue the stop of job %s", job_id, exc_info=True)
+
+
 def wake_dispatcher() -> None:
     try:
-        dispatch_pending_jobs.delay()
+        # No retries: a request must not wait on a broker that is away.
+        dispatch_pending_jobs.apply_async(retry=False)
     except Exception:  # noqa: BLE001 - the periodic dispatch catches up; a check must not fail for it
         logger.warning("could not queue a dispatch", exc_info=True)
 

@@ -1,5 +1,7 @@
 """The JSON API: thin views over the job form, the submission service and the log store."""
 
+import re
+
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import Value
@@ -23,7 +25,7 @@ from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
 from jobs.models import EngineVersion, IllegalTransition, ResourceSpec, TrainingJob
 from jobs.results.nccl_panel import nccl_report
-from jobs.submission import stop_visible_job, submit_job
+from jobs.submission import stop_visible_job, submit_job_once
 
 from .answers import FirstErrorSerializer, LogLinesSerializer, NcclReportSerializer
 from .filters import JobFilter, JobOrdering
@@ -38,6 +40,8 @@ from .serializers import (
     TrainingJobSerializer,
 )
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,128}")
 LOG_PAGE_LINES = 5000
 LOG_JSON_PAGE_LINES = 2000
 # What an upload's body may hold beside the archive (its other fields, the multipart framing).
@@ -164,13 +168,25 @@ class TrainingJobList(generics.ListAPIView):
             return TrainingJob.objects.none()
         return visible_jobs(self.request.user)
 
-    @extend_schema(summary="Submit a job", request=TrainingJobSerializer, responses={201: TrainingJobSerializer})
+    @extend_schema(
+        summary="Submit a job", request=TrainingJobSerializer,
+        parameters=[OpenApiParameter(
+            IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False,
+            description="Any string of up to 128 printable characters. A retry with the same key (after a lost "
+                        "answer) returns the job the first submission created, with 200 instead of 201.")],
+        responses={201: TrainingJobSerializer, 200: TrainingJobSerializer})
     def post(self, request):
+        key = request.headers.get(IDEMPOTENCY_HEADER, "")
+        if key and not IDEMPOTENCY_KEY_RE.fullmatch(key):
+            return Response({IDEMPOTENCY_HEADER: ["At most 128 printable ASCII characters."]},
+                            status=status.HTTP_400_BAD_REQUEST)
         form = TrainingJobForm(data=submission_form_data(request.data), user=request.user)
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
-        job = submit_job(form, request.user)
-        return Response(TrainingJobSerializer(job, context={"request": request}).data, status=status.HTTP_201_CREATED)
+        job, created = submit_job_once(form, request.user, key)
+        return Response(TrainingJobSerializer(job, context={"request": request}).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers={} if created else {"Idempotent-Replayed": "true"})
 
 
 @extend_schema(summary="One job: its submission and what became of it")

@@ -47,6 +47,8 @@ from jobs.secret_box import seal_secret
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+# How long a stop's own task is given to end the containers before the run ends them itself.
+LOST_STOP_GRACE_SECONDS = 5.0
 
 T = TypeVar("T")
 
@@ -233,6 +235,7 @@ class JobRun:
         watching = asyncio.create_task(monitor.run())
         watch = WorkerWatch(self.plan.workers, self.lose_workers)
         workers = asyncio.create_task(watch.run())
+        lost_stop = asyncio.create_task(self.carry_out_a_lost_stop())
         try:
             exit_code = await launch(self.plan, LogSink(self.job_id), cursor, self.stopping)
             if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
@@ -243,10 +246,20 @@ class JobRun:
             return exit_code
         finally:
             workers.cancel()
-            await asyncio.gather(workers, return_exceptions=True)
+            lost_stop.cancel()
+            await asyncio.gather(workers, lost_stop, return_exceptions=True)
             if self.losing is not None:
                 await asyncio.gather(self.losing, return_exceptions=True)
             await monitor.finish(watching)
+
+    async def carry_out_a_lost_stop(self) -> None:
+        """A stop is carried out by a task of its own; if that task was lost (the broker was away), this run does it."""
+        await self.stopping.wait()
+        await asyncio.sleep(LOST_STOP_GRACE_SECONDS)
+        if self.lost or await in_database(_status, self.job_id) != JobStatus.TERMINATING:
+            return
+        await self.say("The job is being stopped and its containers still run: ending them")
+        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
 
     async def lose_workers(self, lost: dict[int, str]) -> None:
         # Its own task: ending the other containers must not be cut short when the launch returns.

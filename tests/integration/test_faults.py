@@ -6,6 +6,7 @@ outcome printed at the end of the run (tests/fault_table.py).
 
 import asyncio
 import http.client
+import logging
 import os
 import random
 import signal
@@ -220,3 +221,45 @@ def test_a_follower_of_the_log_resumes_across_a_web_server_restart_without_gap_o
     for rank in range(CLUSTER_NODES * CLUSTER_SLOTS):
         numbers = [int(line["text"].split()[2]) for line in follower.lines if line["text"].startswith(f"SEQ {rank} ")]
         assert numbers == list(range(4000)), f"rank {rank}: {len(numbers)} lines, not 0..3999 once each in order"
+
+
+@pytest.mark.fault("a stop whose task never reaches a worker (the broker was away)",
+                   "the job's run ends its containers itself: Terminated, nothing left, nodes freed")
+def test_a_stop_whose_task_was_lost_is_carried_out_by_the_jobs_run(api, console):
+    job = submit(api, "stop-lost", count=100000, per_second=20)
+    wait_for(job, [JobStatus.RUNNING], timeout=120)
+
+    TrainingJob.objects.get(pk=job.pk).terminate()  # the state changes; no stop task is queued
+
+    assert wait_for(job, [JobStatus.TERMINATED], timeout=60).status == JobStatus.TERMINATED
+    assert all(not containers_on(console, node.name) for node in console["cluster"])
+    assert every_node_free_and_ready()
+
+
+@pytest.mark.fault("a submission retried with the same Idempotency-Key, and one while the broker is away",
+                   "the retry returns the first job (200), nothing doubled; the other is kept and runs later")
+def test_a_retried_submission_returns_the_first_job_and_one_made_without_a_broker_runs_later(
+        api, console, monkeypatch, caplog):
+    code_dir_from_program("fault-numbered", "numbered.py")
+    body = {"name": "idempotent", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1,
+            "code_dir": "fault-numbered", "boot_file": "numbered.py",
+            "parameters": [{"name": "count", "value": "10"}]}
+    first = api.post("/api/v1/training-jobs", body, format="json", HTTP_IDEMPOTENCY_KEY="retry-1")
+    again = api.post("/api/v1/training-jobs", body, format="json", HTTP_IDEMPOTENCY_KEY="retry-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"] and again["Idempotent-Replayed"] == "true"
+    assert TrainingJob.objects.filter(name="idempotent").count() == 1
+
+    # This process's broker connection points at a port where nothing answers; the worker's does not.
+    from console.celery import app
+    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:9/0")
+    app.pool.force_close_all()
+    with caplog.at_level(logging.WARNING, logger="jobs.tasks"):
+        offline = api.post("/api/v1/training-jobs", {**body, "name": "no-broker"}, format="json")
+    monkeypatch.undo()
+    app.pool.force_close_all()
+    assert offline.status_code == 201, offline.content
+    assert "could not queue a dispatch" in caplog.text, "the broker answered: nothing was tested"
+    wait_for(TrainingJob.objects.get(pk=first.json()["id"]), [JobStatus.COMPLETED], timeout=120)
+    # Queued by the next dispatch, here the one the first job's end starts (the console's beat also runs one every 10 s).
+    assert wait_for(TrainingJob.objects.get(pk=offline.json()["id"]), [JobStatus.COMPLETED], timeout=120)
