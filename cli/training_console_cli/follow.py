@@ -62,16 +62,19 @@ class Follower:
         self.last_id = last_id
         self.say = say or (lambda text: print(f"tc: {text}", file=sys.stderr, flush=True))
         self.ended: dict | None = None
+        self.received = 0
 
     def run(self) -> dict:
         """Follow until the job is over and every line was shown; the job's detail at its end."""
         lost_since: float | None = None
         while self.ended is None:
+            received = self.received
             try:
                 self.follow_once()
-                lost_since = None
             except (OSError, http.client.HTTPException) as error:
-                lost_since = lost_since or time.monotonic()
+                # Time without an event counts from the last connection that brought one.
+                if lost_since is None or self.received > received:
+                    lost_since = time.monotonic()
                 if time.monotonic() - lost_since > RECONNECT_GIVE_UP_SECONDS:
                     raise CliError(f"lost the log stream and could not reconnect for {RECONNECT_GIVE_UP_SECONDS} s: "
                                    f"{error}") from None
@@ -99,6 +102,7 @@ class Follower:
         raise OSError("the stream closed before the job's end")
 
     def take(self, event: dict) -> None:
+        self.received += 1
         kind = event.get("event", "message")
         data = json.loads(event.get("data") or "null")
         if kind == "message" and isinstance(data, dict):
