@@ -14,7 +14,8 @@ from django.utils.translation import gettext_noop
 
 # Most specific first: the first shape that matches the whole sentence wins.
 SHAPES = (
-    # Who failed, and how a rank ended (jobs.results.rank_records.describe_end).
+    # Who failed, and how a rank ended (jobs.results.rank_records.describe_end, describe_outcome).
+    gettext_noop("%(how)s, after SIG%(signal)s was sent to it"),
     gettext_noop("Rank %(rank)s (worker-%(worker)s, %(node)s)"),
     gettext_noop("Rank %(rank)s (worker-%(worker)s)"),
     gettext_noop("killed by signal 9 (SIGKILL): most often the out-of-memory killer"),
@@ -26,7 +27,6 @@ SHAPES = (
     gettext_noop("exit code 127: the program or its interpreter was not found"),
     gettext_noop("exit code 126: the program could not be executed"),
     gettext_noop("exit code %(code)s"),
-    gettext_noop("%(how)s, after SIG%(signal)s was sent to it"),
     # The card's headline.
     gettext_noop("A node was lost mid-job: %(node)s"),
     gettext_noop("A node was lost mid-job"),
@@ -77,6 +77,8 @@ SHAPES = (
 # The parts that are themselves sentences of the card; the others (names, exceptions, lines) stay as written.
 SAID_AGAIN = {"who", "how", "what"}
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# Parts that are numbers match only numbers, so a longer shape is not read as a shorter one.
+NUMBERS = {"rank", "code", "seconds", "hours"}
 
 
 @cache
@@ -84,7 +86,8 @@ def _pattern(shape: str) -> re.Pattern:
     parts, position = [], 0
     for match in PLACEHOLDER.finditer(shape):
         parts.append(re.escape(shape[position:match.start()]))
-        parts.append(f"(?P<{match.group(1)}>.+?)")
+        name = match.group(1)
+        parts.append(f"(?P<{name}>-?\\d+)" if name in NUMBERS else f"(?P<{name}>.+?)")
         position = match.end()
     parts.append(re.escape(shape[position:]))
     return re.compile("".join(parts), re.DOTALL)

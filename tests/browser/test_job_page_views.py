@@ -188,3 +188,49 @@ def test_the_list_updates_its_rows_in_place_and_deletes_the_ticked_jobs_after_as
     expect(asgi_page.locator(".messages")).to_contain_text("Deleted: ")
     assert questions and "Delete the selected finished jobs" in questions[0]
     assert not TrainingJob.objects.filter(pk__in=[running.pk, done.pk]).exists()
+
+
+def test_a_series_of_200000_points_is_drawn_downsampled_with_its_last_point_kept(asgi_page):
+    owner = viewer()
+    job = page_job(owner, "long-run", JobStatus.COMPLETED)
+    write_metric(job, "loss", [(0, step, 1.0 / (step + 1)) for step in range(200_000)])
+    sign_in(asgi_page, owner)
+    errors = []
+    asgi_page.on("pageerror", lambda error: errors.append(str(error)))
+    asgi_page.goto(f"/jobs/{job.pk}#metrics")
+
+    chart = asgi_page.locator('[data-metric="loss"]')
+    expect(chart.locator("[data-metric-last]")).to_have_attribute("data-step", "199999", timeout=30_000)
+    assert int(chart.get_attribute("data-points")) <= 2000
+    expect(chart.locator(".hint")).to_contain_text("downsampled")
+    assert not errors, errors
+
+
+def test_one_poller_asks_for_the_live_parts_and_backs_off_while_the_tab_is_hidden(asgi_page):
+    owner = viewer()
+    job = page_job(owner, "watched", JobStatus.RUNNING)
+    sign_in(asgi_page, owner)
+    asked = []
+    asgi_page.on("request", lambda request: asked.append(request.url) if "/live" in request.url or "/api/" in request.url else None)
+    asgi_page.goto(f"/jobs/{job.pk}")
+    asgi_page.wait_for_timeout(7000)
+    live = [url for url in asked if "/live" in url]
+    assert 1 <= len(live) <= 3, live
+    assert not [url for url in asked if "/outcome" in url or "/nccl" in url], "no panel polls on its own"
+
+    asgi_page.evaluate("Object.defineProperty(document, 'hidden', { configurable: true, get: () => true })")
+    asked.clear()
+    asgi_page.wait_for_timeout(9500)
+    assert not [url for url in asked if "/live" in url], "a hidden tab is asked for nothing for a while"
+    asgi_page.evaluate("Object.defineProperty(document, 'hidden', { configurable: true, get: () => false });"
+                       "document.dispatchEvent(new Event('visibilitychange'))")
+    asgi_page.wait_for_timeout(1000)
+    assert [url for url in asked if "/live" in url], "showing the tab asks at once"
+
+    from jobs.models import TrainingJob
+    TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED)
+    expect(asgi_page.locator("#job-head [data-state-badge]")).to_have_text("Completed", timeout=10_000)
+    expect(asgi_page.locator("#job-poller")).not_to_have_attribute("hx-get", re.compile(".*"))
+    asked.clear()
+    asgi_page.wait_for_timeout(4000)
+    assert not [url for url in asked if "/live" in url], "an ended job is not polled"

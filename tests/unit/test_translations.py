@@ -84,3 +84,16 @@ def test_the_failed_job_page_in_portuguese_shows_no_english_of_the_catalogue(mak
         left = [msgid for msgid in untranslatable_free_msgids()
                 if re.search(r"(?<![\w'-])" + re.escape(msgid) + r"(?![\w'-])", text)]
     assert not left, [(msgid, text[max(text.find(msgid) - 80, 0):text.find(msgid) + 80]) for msgid in left]
+
+
+def test_a_failure_card_made_in_english_is_read_in_portuguese():
+    from jobs.card_words import card_words
+
+    with translation.override("pt-br"):
+        assert card_words("Rank 3 (worker-1, node-b) raised ValueError: bad") == (
+            "Rank 3 (worker-1, node-b) lançou ValueError: bad")
+        assert card_words("ended by mpirun (SIGTERM) after rank 3 failed") == (
+            "encerrado pelo mpirun (SIGTERM) depois que o rank 3 falhou")
+        assert card_words("exit code 137: killed, most often for running out of memory, after SIGTERM was sent to it") == (
+            "código de saída 137: morto, quase sempre por falta de memória, depois que SIGTERM lhe foi enviado")
+        assert card_words("something the console never says") == "something the console never says"
