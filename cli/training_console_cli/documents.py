@@ -15,7 +15,8 @@ from .errors import BadInput
 # A job's detail holds these besides its submission; `tc rebuild` leaves them out when the schema cannot say.
 READ_ONLY_FIELDS = {"id", "owner", "status", "status_message", "spec_display", "command_template", "command",
                     "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
-                    "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason"}
+                    "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason",
+                    "restart_count"}
 SKIPPED_IN_CODE = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
