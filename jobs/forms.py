@@ -143,6 +143,8 @@ class TrainingJobForm(forms.Form):
     metrics = forms.JSONField(required=False)
     # Seconds a rank may print nothing before the job is suspected hung; empty takes the administrator's default, 0 turns it off.
     watchdog_seconds = forms.IntegerField(min_value=0, max_value=7 * 24 * 3600, required=False)
+    # Auto restart, as the reference offers it: off (0), or up to 3 more attempts after a restartable failure.
+    max_restarts = forms.IntegerField(min_value=0, max_value=3, required=False)
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -178,6 +180,7 @@ class TrainingJobForm(forms.Form):
             "auto_stop_custom": hours if hours is not None and hours not in AUTO_STOP_PRESETS else None,
             "metrics": job.metric_definitions,
             "watchdog_seconds": job.watchdog_seconds,
+            "max_restarts": job.max_restarts,
         }
 
     @property

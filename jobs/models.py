@@ -509,7 +509,8 @@ class TrainingJob(models.Model):
         self.transition(JobStatus.PENDING, f"Restarting (attempt {attempt} of {self.max_restarts + 1}): {reason}",
                         restart_count=self.restart_count + 1, attempt_log_starts=[*self.attempt_log_starts, log_seq],
                         heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
-                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={})
+                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={},
+                        sealed_ssh_key="", host_public_key="", command="", hostfile="")
 
     def mark_abnormal(self, message: str) -> None:
         self.transition(JobStatus.ABNORMAL, message)

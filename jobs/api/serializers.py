@@ -199,12 +199,12 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "engine_version",
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
-                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "command_template",
+                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason"]
         read_only_fields = ["id", "status", "status_message", "command_template", "command", "hostfile", "tune_file",
                             "sshd_port", "exit_code", "stop_reason", "created_at", "started_at", "ended_at",
-                            "log_line_count"]
+                            "log_line_count", "restart_count"]
         extra_kwargs = {
             "id": {"help_text": "The job's id."},
             "name": {"help_text": "1-64 letters, digits, '-' or '_'."},
@@ -220,6 +220,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "watchdog_seconds": {"help_text": "Seconds a rank may print nothing before the job is suspected hung "
                                               "(0: no watchdog; omitted: the administrator's default).",
                                  "min_value": 0, "max_value": 7 * 24 * 3600},
+            "max_restarts": {"help_text": "Auto restart: how many more attempts a job that fails for a restartable "
+                                          "reason (a node or worker lost, NCCL or the network, a rank killed by a "
+                                          "signal nobody sent) gets, 0-3; 0 is off.", "min_value": 0, "max_value": 3},
+            "restart_count": {"help_text": "How many times auto restart has run the job again (MA_RESTART_COUNT)."},
             "command_template": {"help_text": "The background command with its ${VARIABLES}."},
             "command": {"help_text": "The command as run, expanded."},
             "hostfile": {"help_text": "mpirun's hostfile."},

@@ -180,6 +180,7 @@ def worker_environment_for(job: TrainingJob, index: int, addresses: Sequence[str
         gpus_per_node=job.spec.gpu_count,
         engine_env=job.engine_version.default_env,
         user_env=job.env,
+        restart_count=job.restart_count,
     )
 
 

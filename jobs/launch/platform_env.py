@@ -38,6 +38,7 @@ def worker_environment(
     gpus_per_node: int,
     engine_env: Mapping[str, str],
     user_env: Mapping[str, str],
+    restart_count: int = 0,
 ) -> dict[str, str]:
     """The variables of one worker, in the order they are applied: engine, platform, then the user's.
 
@@ -54,6 +55,9 @@ def worker_environment(
         "MA_CURRENT_IP": worker_addresses[worker_index],
         "MA_NUM_GPUS": str(gpus_per_node),
         "MA_TASK_NAME": "worker",
+        # How many times auto restart has run the job again: training code resumes from its checkpoint
+        # in train_url when this is above 0.
+        "MA_RESTART_COUNT": str(restart_count),
         "MA_NUM_HOSTS": str(count),
         "MA_CURRENT_INSTANCE_NAME": worker_hostname(job_dns, worker_index),
         "VC_TASK_INDEX": str(worker_index),

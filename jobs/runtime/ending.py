@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from django.db import transaction
 
 from jobs.allocation import release_nodes
-from jobs.models import IllegalTransition, JobStatus, Node, RunOutcome, TrainingJob, Worker
+from jobs.logs.store import service_line
+from jobs.models import IllegalTransition, JobEvent, JobStatus, Node, RunOutcome, TrainingJob, Worker
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
 
@@ -47,9 +48,47 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
     status = TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
     if status == JobStatus.TERMINATING:
         move(job_id, TrainingJob.mark_terminated)
+    elif not (outcome == RunOutcome.EXIT and exit_code == 0) and restart(job_id):
+        return
     elif outcome == RunOutcome.EXIT and exit_code is not None:
         move(job_id, lambda job: job.finish(exit_code))
     elif outcome == RunOutcome.FAILED:
         move(job_id, lambda job: job.fail(message))
     else:
         move(job_id, lambda job: job.mark_abnormal(message))
+
+
+# The failure card's kinds (jobs.results.failure_card) that say the platform failed the job, not its
+# code: a node or worker lost, NCCL or the network, mpirun's daemons not starting, a rank killed by a
+# signal nobody sent, a run that ended without an exit status. A Python exception, an exit code the
+# program chose, running out of memory or a segfault would only happen again.
+RESTARTABLE_KINDS = frozenset({"node_lost", "nccl", "mpirun_launch", "signal", "abnormal"})
+
+
+def restart_reason(job: TrainingJob) -> str:
+    """Why this failed attempt is run again ("" when it is not: no restarts left, or not a restartable failure)."""
+    if job.status != JobStatus.RUNNING or job.restart_count >= job.max_restarts:
+        return ""
+    kind = (job.failure or {}).get("kind", "")
+    return (job.failure.get("title") or kind) if kind in RESTARTABLE_KINDS else ""
+
+
+def restart(job_id: int) -> bool:
+    """Queue a failed attempt again, in place (same job, same log), when its failure allows; True if queued."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(pk=job_id)
+        reason = restart_reason(job)
+        if not reason:
+            return False
+        # The attempt's workers go with it; the nodes it left unclean are out of service, so the next
+        # attempt gets healthy ones.
+        Worker.objects.filter(job_id=job_id).delete()
+        last_seq = job.log_line_count
+        try:
+            job.requeue_for_restart(reason, last_seq)
+        except IllegalTransition:
+            return False
+        JobEvent.objects.create(job_id=job_id, kind="restarted",
+                                message=f"Attempt {job.attempt - 1} failed ({reason}); attempt {job.attempt} queued")
+    service_line(job_id, f"Auto restart: attempt {job.attempt} of {job.max_restarts + 1} queued after: {reason}")
+    return True

@@ -263,3 +263,34 @@ def test_a_retried_submission_returns_the_first_job_and_one_made_without_a_broke
     wait_for(TrainingJob.objects.get(pk=first.json()["id"]), [JobStatus.COMPLETED], timeout=120)
     # Queued by the next dispatch, here the one the first job's end starts (the console's beat also runs one every 10 s).
     assert wait_for(TrainingJob.objects.get(pk=offline.json()["id"]), [JobStatus.COMPLETED], timeout=120)
+
+
+@pytest.mark.fault("a worker lost mid-job, with auto restart on (1)",
+                   "attempt 2 runs on healthy nodes with MA_RESTART_COUNT=1 and completes; both attempts' logs kept")
+def test_a_job_with_auto_restart_whose_worker_is_lost_runs_again_and_completes(api, console):
+    code_dir_from_program("fault-resumable", "resumable.py")
+    response = api.post("/api/v1/training-jobs", {
+        "name": "restarted", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": CLUSTER_NODES,
+        "code_dir": "fault-resumable", "boot_file": "resumable.py", "max_restarts": 1}, format="json")
+    assert response.status_code == 201, response.content
+    job = TrainingJob.objects.get(pk=response.json()["id"])
+    wait_for(job, [JobStatus.RUNNING], timeout=120)
+    ranks = CLUSTER_NODES * CLUSTER_SLOTS
+    deadline = time.monotonic() + 60
+    while job.log_lines.filter(text__startswith="ATTEMPT").count() < ranks:
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.2)
+    worker = worker_of(job, 1)
+
+    asyncio.run(_node_run(local_node(console, worker.node_name), f"podman kill {worker.container_name}"))
+
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=180)
+    assert (job.restart_count, job.exit_code) == (1, 0)
+    attempts = [line.text for line in job.log_lines.filter(text__startswith="ATTEMPT").order_by("seq")]
+    assert sorted(attempts[:ranks]) == [f"ATTEMPT rank={rank} restarts=0" for rank in range(ranks)]
+    assert sorted(attempts[ranks:]) == [f"ATTEMPT rank={rank} restarts=1" for rank in range(ranks)]
+    [boundary] = job.attempt_log_starts
+    assert job.log_lines.filter(seq__gt=boundary, text__startswith="RESUMED").count() == ranks
+    assert job.log_lines.filter(seq__lte=boundary, text__startswith="working").exists()
+    assert job.events.filter(kind="restarted").count() == 1
+    assert every_node_free_and_ready()

@@ -365,3 +365,43 @@ def test_the_heartbeat_survives_any_error_of_its_database_step(monkeypatch):
     thread.join()
     assert still_beating == [True], "the heartbeat died"
     assert len(calls) >= 3
+
+
+def test_a_job_with_restarts_left_whose_worker_was_lost_is_queued_again_as_its_next_attempt(nodes, job):
+    TrainingJob.objects.filter(pk=job.pk).update(max_restarts=2)
+    nodes.exit_status = None
+    nodes.lose = {1: "its container is gone"}
+
+    job = run_job(job)
+
+    assert (job.status, job.restart_count, job.attempt) == (JobStatus.PENDING, 1, 2)
+    assert job.status_message.startswith("Restarting (attempt 2 of 3): A node was lost mid-job: node-b")
+    assert job.attempt_log_starts == [job.log_line_count - 1], "attempt 2's lines follow the restart's own line"
+    assert job.workers.count() == 0 and job.failure == {} and job.sealed_ssh_key == ""
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+    assert list(job.events.filter(kind="restarted").values_list("message", flat=True)) == [
+        "Attempt 1 failed (A node was lost mid-job: node-b); attempt 2 queued"]
+    assert service_lines(job)[-1] == (None, "Auto restart: attempt 2 of 3 queued after: A node was lost mid-job: node-b")
+
+
+def test_a_job_whose_rank_raised_is_not_restarted_however_many_restarts_it_has(nodes, job):
+    TrainingJob.objects.filter(pk=job.pk).update(max_restarts=3)
+    nodes.exit_status = 1
+    nodes.output = [LogRecord(text="Traceback (most recent call last):", stream=LogStream.STDERR, rank=0, worker_index=0),
+                    LogRecord(text="ValueError: bad learning rate", stream=LogStream.STDERR, rank=0, worker_index=0)]
+
+    job = run_job(job)
+
+    assert (job.status, job.exit_code, job.restart_count) == (JobStatus.FAILED, 1, 0)
+    assert job.failure["kind"] == "exception"
+
+
+def test_a_job_without_restarts_left_fails_as_it_would_without_auto_restart(nodes, job):
+    TrainingJob.objects.filter(pk=job.pk).update(max_restarts=1, restart_count=1)
+    nodes.exit_status = None
+    nodes.lose = {1: "its container is gone"}
+
+    job = run_job(job)
+
+    assert (job.status, job.restart_count) == (JobStatus.FAILED, 1)
+    assert job.failure["kind"] == "node_lost"
