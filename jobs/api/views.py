@@ -20,10 +20,11 @@ from rest_framework.views import APIView
 from jobs.access import may_share_code_dir, visible_code_dirs, visible_jobs
 from jobs.code_dirs import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
 from jobs.forms import TrainingJobForm, form_errors
+from jobs.job_display import stop_event_message
 from jobs.logs.follow import job_log_events, line_payload, log_file_chunks
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
-from jobs.models import EngineVersion, IllegalTransition, ResourceSpec, TrainingJob
+from jobs.models import EngineVersion, IllegalTransition, JobEvent, ResourceSpec, TrainingJob
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission import stop_visible_job, submit_job_once
 
@@ -316,5 +317,6 @@ class TrainingJobStop(APIView):
             job = stop_visible_job(request.user, pk)
         except IllegalTransition as error:
             return Response({"status": [str(error)]}, status=status.HTTP_409_CONFLICT)
+        JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
         job.refresh_from_db()
         return Response(TrainingJobSerializer(job, context={"request": request}).data)

@@ -31,7 +31,7 @@ from jobs.allocation import release_nodes
 from jobs.launch.plan import JobPlan, job_rank_workers, new_key_pair, plan_job, worker_plans
 from jobs.logs.sink import LogSink
 from jobs.logs.store import service_line
-from jobs.models import JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Worker, WorkerState
+from jobs.models import JobEvent, JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Worker, WorkerState
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
 from jobs.runtime.ending import move, record_teardown, settle, unclean_workers
@@ -47,6 +47,8 @@ from jobs.secret_box import seal_secret
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+# The steps of a worker's preparation that the job's events list, as the reference's events tab does.
+WORKER_EVENTS = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
 # How long a stop's own task is given to end the containers before the run ends them itself.
 LOST_STOP_GRACE_SECONDS = 5.0
 
@@ -74,6 +76,12 @@ def plan_allocated_job(job: TrainingJob) -> JobPlan:
 
 def _set_worker(job_id: int, index: int, state: str, message: str) -> None:
     Worker.objects.filter(job_id=job_id, index=index).update(state=state, message=message)
+    if state in WORKER_EVENTS:
+        JobEvent.objects.create(job_id=job_id, kind=WORKER_EVENTS[state], message=message)
+
+
+def _event(job_id: int, kind: str, message: str) -> None:
+    JobEvent.objects.create(job_id=job_id, kind=kind, message=message)
 
 
 def _touch_heartbeat(job_id: int, owner: str = "") -> bool:
@@ -166,6 +174,8 @@ class JobRun:
         try:
             if resume:
                 await self.say("Following the job again after the console process that ran it went away")
+                await in_database(_event, self.job_id, "resumed",
+                                  "Taken up by another console process; the run went on meanwhile")
                 exit_code = await self.launch_watched(await in_database(_launch_cursor, self.job_id))
                 outcome, message = self.outcome_of(exit_code)
             else:
@@ -271,6 +281,8 @@ class JobRun:
             return  # being stopped: a container that goes is what was asked for
         self.lost = lost
         for index, why in sorted(lost.items()):
+            await in_database(_event, self.job_id, "worker-lost",
+                              f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}")
             await self.say(f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}; "
                            "ending the job's other containers", index)
         self.stopping.set()
@@ -297,6 +309,7 @@ class JobRun:
             target = self.plan.container_target(self.plan.workers[0])
             result = await collect_outputs(target, remote_dir, outputs_root(self.job_id), limit)
         await in_database(record_outputs, self.job_id, train_url, result)
+        await in_database(_event, self.job_id, "outputs", result.message)
         await self.say(result.message)
 
     async def tear_down(self) -> list[TeardownResult]:

@@ -176,7 +176,7 @@ def test_a_job_stopped_while_its_containers_start_is_never_launched_and_ends_ter
     assert job.failure == {}
     assert nodes.launches == 0
     assert nodes.teardowns == [[0, 1]]
-    assert [kind for kind in job.events.values_list("kind", flat=True)] == [
+    assert [kind for kind in job.events.values_list("kind", flat=True) if kind.startswith("state:")] == [
         "state:Creating", "state:Terminating", "state:Terminated"]
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert worker_states(job) == STOPPED_WORKERS
@@ -302,7 +302,7 @@ def test_a_job_whose_mpirun_exits_0_completes_with_its_output_kept_and_its_worke
     assert job.started_at is not None and job.ended_at is not None
     assert job.failure == {}
     assert job.heartbeat_at is not None
-    assert [kind for kind in job.events.values_list("kind", flat=True)] == [
+    assert [kind for kind in job.events.values_list("kind", flat=True) if kind.startswith("state:")] == [
         "state:Creating", "state:Running", "state:Completed"]
     assert nodes.prepared == [0, 1] and nodes.launches == 1 and nodes.teardowns == [[0, 1]]
     assert [(item.name, item.allocated_to, item.state) for item in Node.objects.order_by("name")] == [
@@ -405,3 +405,16 @@ def test_a_job_without_restarts_left_fails_as_it_would_without_auto_restart(node
 
     assert (job.status, job.restart_count) == (JobStatus.FAILED, 1)
     assert job.failure["kind"] == "node_lost"
+
+
+def test_each_workers_pre_check_and_a_lost_worker_are_on_the_jobs_events(nodes, job):
+    nodes.exit_status = None
+    nodes.lose = {1: "its container is gone"}
+
+    job = run_job(job)
+
+    events = list(job.events.values_list("kind", "message"))
+    assert ("pre-check", "worker-0 container is up") in events and ("pre-check", "worker-1 container is up") in events
+    assert ("worker-lost", "worker-1 (node-b) was lost: its container is gone") in events
+    assert [kind for kind, _ in events if kind.startswith("state:")] == [
+        "state:Creating", "state:Running", "state:Failed"]
