@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
 # The steps of a worker's preparation that the job's events list, as the reference's events tab does.
-WORKER_EVENTS = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
+WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
 # How long a stop's own task is given to end the containers before the run ends them itself.
 LOST_STOP_GRACE_SECONDS = 5.0
 

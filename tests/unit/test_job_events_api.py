@@ -26,7 +26,8 @@ def test_a_stranger_does_not_see_another_persons_events(make_job, owner, strange
     assert api_client(stranger).get(f"/api/v1/training-jobs/{job.pk}/events").status_code == 404
 
 
-def test_a_stop_through_the_api_says_who_asked_for_it(make_job, owner, quiet_redis):
+@pytest.mark.usefixtures("quiet_redis")
+def test_a_stop_through_the_api_says_who_asked_for_it(make_job, owner):
     job = make_job(owner=owner)
     job.begin_creating()
     assert api_client(owner).post(f"/api/v1/training-jobs/{job.pk}/stop").status_code == 200
