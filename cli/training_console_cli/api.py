@@ -1,10 +1,13 @@
 """The console's JSON API over the standard library's HTTP, with its errors turned into one-line messages."""
 
+import http.client
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -14,6 +17,11 @@ from .errors import BadInput, CliError
 
 API = "/api/v1"
 TIMEOUT_SECONDS = 60
+SUBMIT_ATTEMPTS = 3
+
+
+class Unreachable(CliError):
+    """The console did not answer (refused, reset, timed out): the request may be tried again."""
 
 
 def error_text(body: bytes, status: int) -> str:
@@ -59,15 +67,19 @@ class Client:
             raise CliError(f"{message} (HTTP {error.code})") from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
-            raise CliError(f"cannot reach the console at {self.settings.url}: {reason}") from None
+            raise Unreachable(f"cannot reach the console at {self.settings.url}: {reason}") from None
 
-    def json(self, method: str, path: str, *, query: dict | None = None, data: Any = None) -> Any:
+    def json(self, method: str, path: str, *, query: dict | None = None, data: Any = None,
+             headers: dict | None = None) -> Any:
         body = None if data is None else json.dumps(data).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
         with self.open(method, path, query=query, body=body, headers=headers) as response:
-            raw = response.read()
+            try:
+                raw = response.read()
+            except (OSError, http.client.HTTPException) as error:
+                raise Unreachable(f"the console's answer to {path} was cut off: {error}") from None
         try:
             return json.loads(raw) if raw else None
         except ValueError:
@@ -78,6 +90,19 @@ class Client:
 
     def post(self, path: str, data: Any = None) -> Any:
         return self.json("POST", path, data=data if data is not None else {})
+
+    def submit(self, body: dict) -> dict:
+        """Submit a job; a connection lost before the answer is retried with the same Idempotency-Key, so the
+        console creates the job once."""
+        key = f"tc-{uuid.uuid4()}"
+        for attempt in range(SUBMIT_ATTEMPTS):
+            try:
+                return self.json("POST", "training-jobs", data=body, headers={"Idempotency-Key": key})
+            except Unreachable:
+                if attempt == SUBMIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
 
     def pages(self, path: str, query: dict, limit: int | None) -> Iterator[dict]:
         """Every item of a paginated list (or the first `limit`), following the console's pages."""

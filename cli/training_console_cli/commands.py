@@ -72,7 +72,7 @@ def cmd_submit(args) -> int:
     flags = {field: getattr(args, field) for _flag, field, _type in SUBMIT_FLAGS}
     body = with_flags(document, flags, args.param, args.env)
     client = client_of(args)
-    job = client.post("training-jobs", body)
+    job = client.submit(body)
     return submitted(client, job, args)
 
 
@@ -159,7 +159,7 @@ def cmd_rebuild(args) -> int:
     body = submission_of(detail, writable_fields(client))
     if args.name:
         body["name"] = args.name
-    return submitted(client, client.post("training-jobs", body), args)
+    return submitted(client, client.submit(body), args)
 
 
 def cmd_code_push(args) -> int:

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from .api import Client
+from .api import Client, Unreachable
 from .errors import CliError
 
 # A quiet stream carries a comment every 15 s; past this the connection is taken for lost.
@@ -89,10 +89,8 @@ class Follower:
         try:
             response = self.client.open("GET", f"training-jobs/{self.job_id}/log/events", query=self.query,
                                         headers=headers, timeout=READ_TIMEOUT_SECONDS)
-        except CliError as error:
-            if "cannot reach" in str(error):
-                raise OSError(str(error)) from None
-            raise
+        except Unreachable as error:
+            raise OSError(str(error)) from None
         with response:
             for event in events(iter(response.readline, b"")):
                 self.take(event)
