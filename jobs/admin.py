@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.db.models import Count, Q
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
@@ -19,6 +20,7 @@ from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
 
 from .allocation import waiting_reason
+from .force_release import force_release_job, force_release_node
 from .models import (
     Engine,
     EngineVersion,
@@ -205,7 +207,7 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "address"]
     list_select_related = ["spec", "pool", "allocated_to"]
     readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts"]
-    actions = ["check_now", "drain", "enable"]
+    actions = ["check_now", "drain", "enable", "force_release"]
     fieldsets = [
         (None, {"fields": ["name", "spec", "pool", "labels"]}),
         (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "private_key", "host_key"]}),
@@ -276,6 +278,13 @@ class NodeAdmin(admin.ModelAdmin):
     def drain(self, request, queryset):
         count = queryset.update(draining=True)
         self.message_user(request, _("%(count)s node(s) draining.") % {"count": count})
+
+    @admin.action(description=_("Force release the selected nodes (their job has ended or is gone)"))
+    def force_release(self, request, queryset):
+        return confirm_force_release(
+            self, request, queryset, "force_release", force_release_node,
+            _("A node is freed only when no live job holds it; it stays out of service until a health check "
+              "has removed what its last job left."))
 
     @admin.action(description=_("Enable the selected nodes (and stop draining them)"))
     def enable(self, request, queryset):
@@ -379,7 +388,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     search_fields = ["name", "owner__username"]
     list_select_related = ["owner", "spec", "pool"]
-    actions = ["stop_selected"]
+    actions = ["stop_selected", "force_release"]
     inlines = [WorkerInline]
     fieldsets = [
         (None, {"fields": ["name", "description", "owner", "status", "status_message", "queue", "exit_code"]}),
@@ -446,3 +455,32 @@ class TrainingJobAdmin(admin.ModelAdmin):
             self.message_user(request, _("%(count)s job(s) asked to stop.") % {"count": stopped})
         if refused:
             self.message_user(request, _("Not stoppable: %(jobs)s") % {"jobs": ", ".join(refused)}, messages.WARNING)
+
+    @admin.action(description=_("Force release the selected jobs (end them without reaching their nodes)"),
+                  permissions=["stop"])
+    def force_release(self, request, queryset):
+        return confirm_force_release(
+            self, request, queryset, "force_release", force_release_job,
+            _("Each job ends Abnormal at once, without its nodes being reached; its nodes stay out of service "
+              "until a health check has removed what the job left on them."))
+
+
+def confirm_force_release(model_admin, request, queryset, action: str, release, explanation: str):
+    """Ask first (a page listing what is released), then release each and say how it went; both audited."""
+    if request.POST.get("confirmed") != "yes":
+        return TemplateResponse(request, "admin/jobs/force_release.html", {
+            **model_admin.admin_site.each_context(request), "title": _("Force release?"), "items": list(queryset),
+            "explanation": explanation, "action": action, "back": request.get_full_path()})
+    released, refused = [], []
+    for item in queryset:
+        try:
+            release(item, request.user)
+            released.append(str(item))
+        except IllegalTransition as error:
+            refused.append(f"{item}: {error}")
+    if released:
+        model_admin.message_user(request, _("Force released: %(items)s") % {"items": ", ".join(released)})
+        tasks.check_nodes_soon()
+    if refused:
+        model_admin.message_user(request, _("Not released: %(items)s") % {"items": "; ".join(refused)}, messages.WARNING)
+    return None

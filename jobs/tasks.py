@@ -74,6 +74,14 @@ def queue_stop(job_id: int) -> None:
         logger.warning("could not queue the stop of job %s", job_id, exc_info=True)
 
 
+def check_nodes_soon() -> None:
+    """A health check of every node now, in a worker (it removes what force-released jobs left)."""
+    try:
+        check_nodes.apply_async(retry=False)
+    except Exception:  # noqa: BLE001 - the periodic check comes anyway
+        logger.warning("could not queue a node check", exc_info=True)
+
+
 def wake_dispatcher() -> None:
     try:
         # No retries: a request must not wait on a broker that is away.
