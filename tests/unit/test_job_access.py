@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 
 def listed(user) -> set[str]:
-    return {job["name"] for job in api_client(user).get("/api/v1/training-jobs").json()}
+    return {job["name"] for job in api_client(user).get("/api/v1/training-jobs").json()["results"]}
 
 
 def test_the_owner_sees_their_job_while_a_teammate_and_a_stranger_see_only_their_own(make_job, owner, teammate, stranger):
