@@ -11,6 +11,7 @@
   const OLDER_PAGES_FOR_FIRST_ERROR = 10;
   const RECONNECT_MS = 2000;
   const NEAR_EDGE_PX = 24;
+  const FLUSH_MS = 100;
 
   class LogPane {
     constructor(root) {
@@ -36,6 +37,8 @@
       this.reconnectTimer = null;
       this.searchTimer = null;
       this.loadingOlder = false;
+      this.pending = [];
+      this.flushTimer = null;
       [this.worker, this.rank, this.system].forEach((control) => control.addEventListener("change", () => this.reset()));
       this.search.addEventListener("input", () => {
         clearTimeout(this.searchTimer);
@@ -82,6 +85,7 @@
       this.closeStream();
       this.cursor = null;
       this.previous = null;
+      this.pending = [];
       this.total = 0;
       this.view.replaceChildren();
       this.view.dataset.empty = this.label("empty");
@@ -132,8 +136,7 @@
         const line = JSON.parse(event.data);
         this.cursor = Math.max(this.cursor || 0, line.seq);
         this.total = Math.max(this.total, line.seq);
-        this.append([line]);
-        this.settle();
+        this.queue(line);
       };
       source.addEventListener("cursor", (event) => {
         this.cursor = Math.max(this.cursor || 0, JSON.parse(event.data).next);
@@ -146,6 +149,7 @@
       });
       source.addEventListener("end", (event) => {
         const data = JSON.parse(event.data);
+        this.append(this.pending.splice(0));
         this.setStatus(data.status);
         this.closeStream();
         this.root.dataset.complete = "true";
@@ -160,6 +164,21 @@
           this.reconnectTimer = setTimeout(() => { if (generation === this.generation) this.openStream(); }, RECONNECT_MS);
         }
       };
+    }
+
+    // A busy log sends thousands of lines a second: they are put on the page together, a few times a second.
+    queue(line) {
+      this.pending.push(line);
+      if (this.flushTimer) return;
+      const generation = this.generation;
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = null;
+        const lines = this.pending;
+        this.pending = [];
+        if (generation !== this.generation) return;
+        this.append(lines);
+        this.settle();
+      }, FLUSH_MS);
     }
 
     closeStream() {

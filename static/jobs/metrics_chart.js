@@ -174,7 +174,7 @@
           rankSelect.appendChild(option);
         }
       });
-      rankSelect.hidden = rankSelect.options.length <= 2;
+      rankSelect.closest("label").hidden = rankSelect.options.length <= 2;
     }
 
     async function load() {

@@ -53,9 +53,9 @@
     setFact("transports", counted(summary.transport_counts));
     const rings = summary.rings || {};
     const trees = summary.trees || {};
-    setFact("topology", [rings.channel_count ? rings.channel_count + " ring channel(s)" : null,
-      (rings.orders || []).length ? (rings.orders || []).length + " ring order(s)" : null,
-      trees.channels ? trees.channels + " tree channel(s)" : null].filter(Boolean).join(", "));
+    const howMany = (name, count) => (count ? Console.fillTemplate(label(name), { count: count }) : null);
+    setFact("topology", [howMany("ringChannels", rings.channel_count), howMany("ringOrders", (rings.orders || []).length),
+      howMany("treeChannels", trees.channels)].filter(Boolean).join(", "));
     setFact("init", yesNo(summary.init_complete));
     setFact("warnings", String((summary.warnings || []).length + (summary.warnings_omitted || 0)));
   }
@@ -65,7 +65,7 @@
     list.replaceChildren(...findings.map((finding) => {
       const badge = { error: "danger", warning: "warning", info: "info" }[finding.severity] || "muted";
       const item = element("li", { class: "nccl-finding nccl-" + finding.severity, "data-code": finding.code });
-      item.append(element("span", { class: "badge badge-" + badge }, finding.severity), " ", element("span", {}, finding.message));
+      item.append(element("span", { class: "badge badge-" + badge }, label(finding.severity)), " ", element("span", {}, finding.message));
       return item;
     }));
   }

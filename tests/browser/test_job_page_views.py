@@ -200,7 +200,7 @@ def test_a_series_of_200000_points_is_drawn_downsampled_with_its_last_point_kept
     asgi_page.goto(f"/jobs/{job.pk}#metrics")
 
     chart = asgi_page.locator('[data-metric="loss"]')
-    expect(chart.locator("[data-metric-last]")).to_have_attribute("data-step", "199999", timeout=30_000)
+    expect(chart.locator("[data-metric-last]")).to_have_attribute("data-step", "199999", timeout=60_000)
     assert int(chart.get_attribute("data-points")) <= 2000
     expect(chart.locator(".hint")).to_contain_text("downsampled")
     assert not errors, errors

@@ -282,3 +282,26 @@ def test_the_pages_log_download_puts_each_lines_time_before_it(catalog, owner):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 \[rank 0\] hello\n.+ \[rank 1\] other worker\n", whole)
     assert b"other worker" in b"".join(one.streaming_content) and "worker-1" in one["Content-Disposition"]
     assert pages.get(f"/jobs/{job.pk}/log.txt?worker=x").status_code == 400
+
+
+def test_the_charts_first_read_gets_each_series_downsampled_with_its_ends_and_extremes(catalog, owner):
+    from django.utils import timezone
+
+    from jobs.models import MetricPoint
+
+    job = make_job(catalog, owner, name="long", status=JobStatus.COMPLETED)
+    now = timezone.now()
+    MetricPoint.objects.bulk_create([MetricPoint(job=job, name="loss", rank=rank, step=step, at=now, seq=1,
+                                                 value=100.0 if step == 1234 else 1.0 / (step + 1))
+                                     for step in range(3000) for rank in (0, 1)])
+    api = api_of(owner)
+
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/metrics?after=0&max_points=100").json()
+    rank0 = [point for point in answer["points"] if point["rank"] == 0]
+
+    assert len(rank0) <= 100 and rank0[0]["step"] == 0 and rank0[-1]["step"] == 2999
+    assert any(point["value"] == 100.0 for point in rank0), "a spike survives"
+    assert answer["metrics"][0]["downsampled"] and answer["more"] is False
+    assert answer["next"] == MetricPoint.objects.filter(job=job).order_by("-id").first().id
+    assert api.get(f"/api/v1/training-jobs/{job.pk}/metrics?max_points=99999999").status_code == 400
+    assert "max_points" in api.get(f"/api/v1/training-jobs/{job.pk}/metrics?max_points=x").json()
