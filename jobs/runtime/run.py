@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 5.0
 # The steps of a worker's preparation that the job's events list, as the reference's events tab does.
 WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
+# How often the preparation looks whether the job was stopped meanwhile.
+STOP_POLL_SECONDS = 1.0
 # How long a stop's own task is given to end the containers before the run ends them itself.
 LOST_STOP_GRACE_SECONDS = 5.0
 
@@ -180,7 +182,7 @@ class JobRun:
                 outcome, message = self.outcome_of(exit_code)
             else:
                 await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
-                await prepare_all(self.plan, self.report_worker)
+                await self.prepare_unless_stopped()
                 if await in_database(_status, self.job_id) != JobStatus.CREATING or \
                         not await in_database(move, self.job_id, TrainingJob.start):
                     outcome, message = RunOutcome.STOPPED, "stopped before launch"
@@ -208,6 +210,19 @@ class JobRun:
                 heartbeat.cancel()
             else:
                 await self.end(outcome, exit_code, message, launched, heartbeat)
+
+    async def prepare_unless_stopped(self) -> None:
+        """Prepare every worker; a stop meanwhile cuts it short (an image load or a pull can take minutes)."""
+        preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker))
+        while True:
+            done, _ = await asyncio.wait([preparing], timeout=STOP_POLL_SECONDS)
+            if done:
+                preparing.result()
+                return
+            if await in_database(_status, self.job_id) != JobStatus.CREATING:
+                preparing.cancel()
+                await asyncio.gather(preparing, return_exceptions=True)
+                return
 
     def outcome_of(self, exit_code: int | None) -> tuple[str, str]:
         """The run's outcome once mpirun is over: a lost worker fails the job whatever mpirun said, but a 0."""

@@ -10,6 +10,7 @@ JobRun does its database work on a thread of its own (sync_to_async), so these t
 """
 
 import asyncio
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -418,3 +419,25 @@ def test_each_workers_pre_check_and_a_lost_worker_are_on_the_jobs_events(nodes, 
     assert ("worker-lost", "worker-1 (node-b) was lost: its container is gone") in events
     assert [kind for kind, _ in events if kind.startswith("state:")] == [
         "state:Creating", "state:Running", "state:Failed"]
+
+
+def test_a_stop_during_a_long_preparation_cuts_it_short_and_the_job_ends_terminated(nodes, job, monkeypatch):
+    monkeypatch.setattr(run, "STOP_POLL_SECONDS", 0.05)
+    cut_short = []
+
+    async def slow_image_load(plan, report):
+        await sync_to_async(lambda: TrainingJob.objects.get(pk=plan.job_id).terminate())()
+        try:
+            await asyncio.sleep(30)  # a podman load of a large image
+        except asyncio.CancelledError:
+            cut_short.append(True)
+            raise
+
+    monkeypatch.setattr(run, "prepare_all", slow_image_load)
+    started = time.monotonic()
+    job = run_job(job)
+
+    assert time.monotonic() - started < 5
+    assert cut_short == [True]
+    assert job.status == JobStatus.TERMINATED and nodes.launches == 0 and nodes.teardowns == [[0, 1]]
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
