@@ -1,5 +1,6 @@
-// The job page between polls: a running job's duration counts up, and a change of state seen by the
-// poller (or by the log's stream) is told to the panels that read the API themselves (metrics, NCCL).
+// The job page between polls: a running job's duration counts up, a change of state seen by the poller
+// (or by the log's stream) is told to the panels that read the API themselves (metrics, NCCL), and what
+// the reader unfolded stays unfolded across a swap.
 (function () {
   "use strict";
 
@@ -12,7 +13,14 @@
     return badge ? badge.dataset.status : page.dataset.status;
   }
 
+  // A swapped part comes folded as the server renders it: what the reader had opened stays open.
+  let opened = [];
+  document.addEventListener("htmx:beforeSwap", () => {
+    opened = Array.from(document.querySelectorAll("details[id][open]")).map((element) => element.id);
+  });
+
   document.addEventListener("htmx:afterSettle", () => {
+    opened.forEach((id) => { const element = document.getElementById(id); if (element) element.open = true; });
     const status = statusShown();
     document.dispatchEvent(new CustomEvent("job:tick", { detail: { status: status } }));
     if (status !== page.dataset.status) {

@@ -234,3 +234,18 @@ def test_one_poller_asks_for_the_live_parts_and_backs_off_while_the_tab_is_hidde
     asked.clear()
     asgi_page.wait_for_timeout(4000)
     assert not [url for url in asked if "/live" in url], "an ended job is not polled"
+
+
+def test_what_the_reader_unfolded_stays_unfolded_across_the_polls(asgi_page):
+    owner = viewer()
+    job = failed_job(owner, "still-tearing-down")
+    from jobs.models import TrainingJob
+    TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.TERMINATING)  # not over: still polled
+    sign_in(asgi_page, owner)
+    with asgi_page.expect_response(lambda response: "/live" in response.url, timeout=10_000):
+        asgi_page.goto(f"/jobs/{job.pk}")
+    asgi_page.click("#failure-mpirun summary")
+    with asgi_page.expect_response(lambda response: "/live" in response.url, timeout=10_000):
+        pass
+    asgi_page.wait_for_timeout(300)
+    expect(asgi_page.locator("#failure-mpirun")).to_have_attribute("open", "")
