@@ -96,10 +96,16 @@ FIXED_MESSAGES = {text: text for text in (
     gettext_noop("Stopped by the user"),
     gettext_noop("Stopped by auto stop"),
     gettext_noop("Stopped by the watchdog"),
+    gettext_noop("No longer suspected hung: every rank printed again"),
+    gettext_noop("Stopped before its containers were started"),
 )}
 PATTERN_MESSAGES = (
     (re.compile(r"^Training end with return code: (?P<code>-?\d+)$"), gettext_noop("Training end with return code: %(code)s")),
     (re.compile(r"^Stop requested by (?P<user>.+)$"), gettext_noop("Stop requested by %(user)s")),
+    (re.compile(r"^Restarting \(attempt (?P<attempt>\d+) of (?P<of>\d+)\): (?P<reason>.*)$", re.S),
+     gettext_noop("Restarting (attempt %(attempt)s of %(of)s): %(reason)s")),
+    (re.compile(r"^Suspected hung: rank\(s\) (?P<ranks>[\d, ]+) printed nothing for more than (?P<seconds>\d+) s$"),
+     gettext_noop("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s")),
 )
 
 
