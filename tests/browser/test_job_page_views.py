@@ -1,8 +1,12 @@
-"""The job page as people read it, in a real Chromium against the console under uvicorn: why a job failed
-in its header, the log followed live over Server-Sent Events (across a server restart), older lines on
-scroll-up, the metrics headline equal to the chart's last point while the job runs, and the page in pt-BR."""
+"""The pages as people read them, in a real Chromium against the console under uvicorn, with jobs written
+straight into the database (no cluster): why a job failed in its header, the log followed live over
+Server-Sent Events (across a server restart), older lines on scroll-up, the metrics headline equal to the
+chart's last point while the job runs, the page in pt-BR, one poller that backs off, the form's row errors,
+and the list's in-place rows and bulk actions."""
 
 import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from playwright.sync_api import expect
 
@@ -32,6 +36,9 @@ def test_a_failed_jobs_cause_is_in_the_header_without_scrolling(asgi_page, scree
     # Times in one format, in the browser's zone.
     times = asgi_page.locator("#job-timeline time").all_inner_texts()
     assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", text) for text in times), times
+    first = asgi_page.locator("#job-timeline time").first
+    written = datetime.fromisoformat(first.get_attribute("datetime")).astimezone(ZoneInfo("America/Sao_Paulo"))
+    assert first.inner_text() == written.strftime("%Y-%m-%d %H:%M:%S"), "shown in the browser's zone"
 
 
 def test_the_log_follows_over_sse_and_resumes_after_the_server_restarts(asgi_page, asgi_server, screenshots):
