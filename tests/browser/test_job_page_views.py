@@ -67,7 +67,9 @@ def test_the_log_follows_over_sse_and_resumes_after_the_server_restarts(asgi_pag
 def test_older_lines_load_on_scroll_up_and_the_filter_marks_its_matches(asgi_page, screenshots):
     owner = viewer()
     job = page_job(owner, "long-log", JobStatus.COMPLETED)
-    write_lines(job, [f"old {number:04d}" for number in range(1200)] + ["Traceback (most recent call last):", "ValueError: bad"])
+    long_line = "a line longer than the pane is wide, " * 12
+    write_lines(job, [f"old {number:04d}" for number in range(1200)] + [long_line, "Traceback (most recent call last):",
+                                                                       "ValueError: bad"])
     sign_in(asgi_page, owner)
     asgi_page.goto(f"/jobs/{job.pk}#logs")
     view = asgi_page.locator("[data-log-view]")
@@ -76,11 +78,12 @@ def test_older_lines_load_on_scroll_up_and_the_filter_marks_its_matches(asgi_pag
     expect(view.locator(".log-line")).to_have_count(1000)
     expect(asgi_page.locator("[data-log-follow]")).not_to_be_checked()
     view.evaluate("element => { element.scrollTop = 0; }")
-    expect(view.locator(".log-line")).to_have_count(1202)
+    expect(view.locator(".log-line")).to_have_count(1203)
     expect(view.locator(".log-line").first).to_contain_text("old 0000")
 
     asgi_page.click("[data-log-first-error]")
     expect(view.locator(".log-first-error")).to_contain_text("Traceback")
+    asgi_page.screenshot(path=screenshots / "job-log-first-error.png")
 
     asgi_page.fill("[data-log-search]", "0042")
     expect(view.locator(".log-line")).to_have_count(1)
