@@ -106,6 +106,16 @@ PATTERN_MESSAGES = (
      gettext_noop("Restarting (attempt %(attempt)s of %(of)s): %(reason)s")),
     (re.compile(r"^Suspected hung: rank\(s\) (?P<ranks>[\d, ]+) printed nothing for more than (?P<seconds>\d+) s$"),
      gettext_noop("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s")),
+    (re.compile(r"^Attempt (?P<failed>\d+) failed \((?P<reason>.*)\); attempt (?P<next>\d+) queued$", re.S),
+     gettext_noop("Attempt %(failed)s failed (%(reason)s); attempt %(next)s queued")),
+    (re.compile(r"^Force released by (?P<by>[^;]+); nodes freed for a health check: (?P<nodes>.*)$"),
+     gettext_noop("Force released by %(by)s; nodes freed for a health check: %(nodes)s")),
+    (re.compile(r"^Force released by (?P<by>.+)$"), gettext_noop("Force released by %(by)s")),
+    # A worker's preparation (jobs/runtime/preparation.py), in its row and in the timeline.
+    (re.compile(r"^preparing (?P<worker>worker-\d+) on (?P<node>.+)$"), gettext_noop("preparing %(worker)s on %(node)s")),
+    (re.compile(r"^uploading code to (?P<worker>worker-\d+)$"), gettext_noop("uploading code to %(worker)s")),
+    (re.compile(r"^(?P<worker>worker-\d+) container (?P<container>\S+) \((?P<host>[^)]+)\) is up, sshd on port (?P<port>\d+)$"),
+     gettext_noop("%(worker)s container %(container)s (%(host)s) is up, sshd on port %(port)s")),
 )
 
 
