@@ -152,8 +152,10 @@ class RunMonitor:
             MetricPoint.objects.bulk_create(points)
             job = TrainingJob.objects.select_for_update().only("final_metrics").get(pk=self.job_id)
             final = dict(job.final_metrics)
+            # Rank 0's value, as the pages' headline shows it (a metric no rank tags counts as rank 0's).
             for point in points:
-                final[point.name] = point.value
+                if point.rank in (0, None):
+                    final[point.name] = point.value
             TrainingJob.objects.filter(pk=self.job_id).update(final_metrics=final)
 
     def watch(self, job: WatchedJob, now: datetime) -> StopRequest | None:

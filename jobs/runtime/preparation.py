@@ -169,5 +169,6 @@ async def prepare_all(plan: JobPlan, report: ProgressCallback) -> list[Container
         first = failures[0]
         if isinstance(first, NodeError):
             raise first
-        raise NodeError("console", "node preparation", repr(first)) from first
+        raise NodeError("console", "node preparation", f"{type(first).__name__}: {first}" if str(first)
+                        else type(first).__name__) from first
     return [result for result in results if isinstance(result, ContainerStarted)]

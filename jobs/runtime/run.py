@@ -203,7 +203,8 @@ class JobRun:
             await self.say(message)
         except Exception as error:  # noqa: BLE001 - whatever broke, the nodes must still be freed
             logger.exception("job %s: run failed", self.job_id)
-            outcome, message = RunOutcome.ABNORMAL, f"internal error: {error!r}"
+            # In words, not a repr: this message is the job's state message, shown to its owner.
+            outcome, message = RunOutcome.ABNORMAL, f"internal error ({type(error).__name__}): {error}"
             await self.say(message)
         finally:
             if self.disowned:

@@ -236,33 +236,35 @@ def test_a_stop_whose_task_was_lost_is_carried_out_by_the_jobs_run(api, console)
     assert every_node_free_and_ready()
 
 
-@pytest.mark.fault("a submission retried with the same Idempotency-Key, and one while the broker is away",
-                   "the retry returns the first job (200), nothing doubled; the other is kept and runs later")
-def test_a_retried_submission_returns_the_first_job_and_one_made_without_a_broker_runs_later(
-        api, console, monkeypatch, caplog):
+@pytest.mark.fault("a submission while the broker (Redis) is down, and one retried with the same Idempotency-Key",
+                   "the first is kept and runs once Redis is back; the retry returns the first job (200), nothing doubled")
+def test_a_submission_made_without_a_broker_runs_later_and_a_retried_one_returns_the_first_job(
+        api, console, redis_server, celery_worker, caplog):
     code_dir_from_program("fault-numbered", "numbered.py")
-    body = {"name": "idempotent", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1,
+    body = {"name": "no-broker", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1,
             "code_dir": "fault-numbered", "boot_file": "numbered.py",
             "parameters": [{"name": "count", "value": "10"}]}
-    first = api.post("/api/v1/training-jobs", body, format="json", HTTP_IDEMPOTENCY_KEY="retry-1")
-    again = api.post("/api/v1/training-jobs", body, format="json", HTTP_IDEMPOTENCY_KEY="retry-1")
+    redis_server.stop()
+    try:
+        with caplog.at_level(logging.WARNING, logger="jobs.tasks"):
+            offline = api.post("/api/v1/training-jobs", body, format="json")
+    finally:
+        redis_server.restart()
+        celery_worker.restart()  # a Redis that went away ends the worker (see CeleryWorker)
+    assert offline.status_code == 201, offline.content
+    assert "could not queue a dispatch" in caplog.text, "the broker answered: nothing was tested"
+    assert TrainingJob.objects.get(pk=offline.json()["id"]).status == JobStatus.PENDING
+
+    first = api.post("/api/v1/training-jobs", {**body, "name": "idempotent"}, format="json",
+                     HTTP_IDEMPOTENCY_KEY="retry-1")
+    again = api.post("/api/v1/training-jobs", {**body, "name": "idempotent"}, format="json",
+                     HTTP_IDEMPOTENCY_KEY="retry-1")
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"] and again["Idempotent-Replayed"] == "true"
     assert TrainingJob.objects.filter(name="idempotent").count() == 1
-
-    # This process's broker connection points at a port where nothing answers; the worker's does not.
-    from console.celery import app
-    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:9/0")
-    app.pool.force_close_all()
-    with caplog.at_level(logging.WARNING, logger="jobs.tasks"):
-        offline = api.post("/api/v1/training-jobs", {**body, "name": "no-broker"}, format="json")
-    monkeypatch.undo()
-    app.pool.force_close_all()
-    assert offline.status_code == 201, offline.content
-    assert "could not queue a dispatch" in caplog.text, "the broker answered: nothing was tested"
-    wait_for(TrainingJob.objects.get(pk=first.json()["id"]), [JobStatus.COMPLETED], timeout=120)
-    # Queued by the next dispatch, here the one the first job's end starts (the console's beat also runs one every 10 s).
-    assert wait_for(TrainingJob.objects.get(pk=offline.json()["id"]), [JobStatus.COMPLETED], timeout=120)
+    # The dispatch the first submission queued also takes the one made while Redis was down.
+    for job_id in (offline.json()["id"], first.json()["id"]):
+        assert wait_for(TrainingJob.objects.get(pk=job_id), [JobStatus.COMPLETED], timeout=120)
 
 
 @pytest.mark.fault("a worker lost mid-job, with auto restart on (1)",
