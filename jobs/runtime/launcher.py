@@ -172,7 +172,9 @@ class Follow:
             code = await run_checked(connection, "worker-0", "reading mpirun's exit status",
                                      ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", RUN_DIR])
             await self.finish()
-            return FollowEnd(ended=True, exit_code=int(code.strip()))
+            # The file is in the job's own home: what it holds is the job's word, read as a number or not at all.
+            code = code.strip()
+            return FollowEnd(ended=True, exit_code=int(code) if code.isdigit() and len(code) < 4 else None)
         if status == ENDED_WITHOUT_STATUS:
             await self.finish()
             return FollowEnd(ended=True)
