@@ -712,3 +712,41 @@ class ApiToken(models.Model):
         if record.last_used_at is None or (now - record.last_used_at).total_seconds() > 60:
             cls.objects.filter(pk=record.pk).update(last_used_at=now)
         return record.user
+
+
+class ResourceSample(models.Model):
+    """What one worker's container used at one moment while its job ran (podman stats, as the node reports it)."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="resource_samples")
+    worker_index = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    # Of one core: 250 is two and a half cores busy.
+    cpu_percent = models.FloatField()
+    memory_bytes = models.PositiveBigIntegerField()
+    memory_limit_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    # Where the worker has GPUs: their mean utilisation and the memory they hold, summed.
+    gpu_percent = models.FloatField(null=True, blank=True)
+    gpu_memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "at", "worker_index"]
+        indexes = [models.Index(fields=["job", "at"], name="resource_sample_series")]
+
+    def __str__(self) -> str:
+        return f"worker-{self.worker_index} of job {self.job_id} at {self.at:%H:%M:%S}"
+
+
+class Webhook(models.Model):
+    """Where a user is told that a job of theirs ended: an HTTPS (or local HTTP) URL, called with a signed body."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook")
+    url = models.URLField(max_length=500)
+    # Signs each call (HMAC-SHA256 of the body); shown once to its owner, like an API token, and kept sealed.
+    sealed_secret = models.TextField(editable=False)
+    on_failure_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_called_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_result = models.CharField(max_length=200, blank=True, editable=False)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.url}"
