@@ -511,6 +511,8 @@ class TrainingJob(models.Model):
                         heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
                         suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={},
                         sealed_ssh_key="", host_public_key="", command="", hostfile="")
+        # How each rank of the failed attempt ended is in its card, kept in the restart's event.
+        RankOutcome.objects.filter(job_id=self.pk).delete()
 
     def mark_abnormal(self, message: str) -> None:
         self.transition(JobStatus.ABNORMAL, message)

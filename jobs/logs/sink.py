@@ -32,8 +32,11 @@ class LogSink:
     the cap reached, the program's lines are counted and dropped here without touching the database.
     """
 
-    def __init__(self, job_id: int, *, batch_lines: int | None = None, interval: float | None = None):
+    def __init__(self, job_id: int, *, batch_lines: int | None = None, interval: float | None = None,
+                 owner: str = ""):
         self.job_id = job_id
+        # The run's owner (TrainingJob.run_owner): lines with a cursor are stored only while it owns the run.
+        self.owner = owner
         self.batch_lines = batch_lines or settings.LOG_FLUSH_MAX_LINES
         self.interval = interval or settings.LOG_FLUSH_INTERVAL_SECONDS
         self.batch: list[LogRecord] = []
@@ -122,7 +125,8 @@ class LogSink:
         delays = iter(STORE_RETRY_SECONDS)
         while True:
             try:
-                return await loop.run_in_executor(self.executor, store_lines, self.job_id, batch, dropped, mark)
+                return await loop.run_in_executor(self.executor, store_lines, self.job_id, batch, dropped, mark,
+                                                  self.owner if mark is not None else "")
             except (OperationalError, InterfaceError) as error:
                 delay = next(delays, None)
                 if delay is None:

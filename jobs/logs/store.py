@@ -56,6 +56,8 @@ class StoreResult:
 def _clip(text: str) -> tuple[str, int]:
     """The text as stored, and its size in bytes."""
     limit = settings.LOG_LINE_MAX_BYTES
+    # PostgreSQL's text holds no NUL; a program that prints one must not stop its job's log.
+    text = text.replace("\x00", "\ufffd")
     encoded = text.encode("utf-8", "replace")
     if len(encoded) <= limit:
         return text, len(encoded)
@@ -73,8 +75,12 @@ def cap_note(cap: int) -> str:
             "the job keeps running.")
 
 
+class RunTakenOver(Exception):
+    """The run's lines come from a process that is no longer its owner: another one follows it now."""
+
+
 def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
-                launch_cursor: dict | None = None) -> StoreResult:
+                launch_cursor: dict | None = None, owner: str = "") -> StoreResult:
     """Store records after the job's last line, under its log cap.
 
     The job row is locked while numbering, so writers in several processes (the launcher, a stop
@@ -82,11 +88,14 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
     stored; the program's output stops at the cap, where one system line says so. `dropped_before`
     counts output lines a writer already kept out on its own after learning the cap was reached.
     `launch_cursor`, when given, is where the reader of the run's output stands after these records,
-    kept in the same transaction.
+    kept in the same transaction; with `owner`, only while that process still owns the run (RunTakenOver
+    otherwise), so a process that was thought gone cannot store lines its successor reads again.
     """
     with transaction.atomic():
         job = (TrainingJob.objects.select_for_update().filter(pk=job_id)
-               .values("log_line_count", "log_bytes", "log_cap_bytes", "log_lines_dropped").get())
+               .values("log_line_count", "log_bytes", "log_cap_bytes", "log_lines_dropped", "run_owner").get())
+        if owner and job["run_owner"] != owner:
+            raise RunTakenOver(f"job {job_id} is followed by {job['run_owner'] or 'nobody'} now")
         cap = job["log_cap_bytes"]
         if cap is None:
             cap = LauncherDefaults.current().log_cap_bytes

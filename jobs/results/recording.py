@@ -38,10 +38,16 @@ def record_rank_records(job_id: int, records: list[RankRecord], rank_workers: Se
         )
 
 
+def attempt_start(job: TrainingJob) -> int:
+    """The sequence number the job's current attempt's lines follow (0 for its first attempt)."""
+    return job.attempt_log_starts[-1] if job.attempt_log_starts else 0
+
+
 def gather_failure_facts(job_id: int, outcome: str, exit_code: int | None, run_message: str,
                          lost_workers: dict[int, str], rank_workers: Sequence[int]) -> FailureFacts:
     job = TrainingJob.objects.select_related("spec").get(pk=job_id)
-    lines = LogLine.objects.filter(job_id=job_id)
+    # This attempt's lines only: an earlier attempt's failure must not explain this one's.
+    lines = LogLine.objects.filter(job_id=job_id, seq__gt=attempt_start(job))
     records = {
         row.rank: RankRecord(rank=row.rank, ended_at=row.ended_at.timestamp() if row.ended_at else None,
                              exit_code=row.exit_code, signal=row.signal, stop_signal=row.stop_signal,

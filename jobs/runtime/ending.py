@@ -10,7 +10,7 @@ from django.db import transaction
 
 from jobs.allocation import release_nodes
 from jobs.logs.store import service_line
-from jobs.models import IllegalTransition, JobEvent, JobStatus, Node, RunOutcome, TrainingJob, Worker
+from jobs.models import FINAL_STATES, IllegalTransition, JobEvent, JobStatus, Node, RunOutcome, TrainingJob, Worker
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
 
@@ -41,21 +41,30 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
     """Release the nodes (a node that could not be cleaned is kept out of service) and record the end."""
     with transaction.atomic():
         for worker_index, problem in unclean:
-            Node.objects.filter(workers__job_id=job_id, workers__index=worker_index).update(
+            # Only a node the job still holds: one force-released meanwhile may be another job's by now.
+            Node.objects.filter(workers__job_id=job_id, workers__index=worker_index, allocated_to_id=job_id).update(
                 state=Node.State.NOT_READY, state_message=f"after job {job_id}: {problem}"
             )
         release_nodes(job_id)
+    if not end_as(job_id, outcome, exit_code, message):
+        # A stop came between reading the state and moving it: the job ends as a stopped one.
+        end_as(job_id, outcome, exit_code, message)
+
+
+def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bool:
+    """Move the job to the final state its run's outcome says (or queue it again); False if a stop came between."""
     status = TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
+    if status in FINAL_STATES or status == JobStatus.PENDING:
+        return True
     if status == JobStatus.TERMINATING:
-        move(job_id, TrainingJob.mark_terminated)
-    elif not (outcome == RunOutcome.EXIT and exit_code == 0) and restart(job_id):
-        return
-    elif outcome == RunOutcome.EXIT and exit_code is not None:
-        move(job_id, lambda job: job.finish(exit_code))
-    elif outcome == RunOutcome.FAILED:
-        move(job_id, lambda job: job.fail(message))
-    else:
-        move(job_id, lambda job: job.mark_abnormal(message))
+        return move(job_id, TrainingJob.mark_terminated)
+    if not (outcome == RunOutcome.EXIT and exit_code == 0) and restart(job_id):
+        return True
+    if outcome == RunOutcome.EXIT and exit_code is not None:
+        return move(job_id, lambda job: job.finish(exit_code))
+    if outcome == RunOutcome.FAILED:
+        return move(job_id, lambda job: job.fail(message))
+    return move(job_id, lambda job: job.mark_abnormal(message))
 
 
 # The failure card's kinds (jobs.results.failure_card) that say the platform failed the job, not its

@@ -11,6 +11,7 @@ ends: no line lost, none stored twice. A session that is cut is simply followed 
 import asyncio
 import codecs
 import logging
+import re
 import shlex
 from dataclasses import dataclass
 from typing import TypedDict, cast
@@ -25,7 +26,7 @@ from jobs.models import LogStream
 from jobs.runtime.containers import CONTAINER_HOME
 from jobs.runtime.mpirun_output import MpirunOutput, ReaderState
 from jobs.runtime.preparation import NODE_SCRIPTS
-from jobs.runtime.ssh import NodeError, connect, run_checked
+from jobs.runtime.ssh import NodeError, connect
 from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 RUN_DIR = f"{CONTAINER_HOME}/.console/run"
 RUN_SCRIPT = (NODE_SCRIPTS / "run-mpirun.sh").read_text()
 ENDED_WITHOUT_STATUS = 76
+EXIT_CODE = re.compile(r"[0-9]{1,3}", re.ASCII)
 FOLLOW_RETRY_SECONDS = 1.0
 # Once the job is being stopped, how long the follow waits for mpirun's end before giving up on it
 # (the node of worker-0 may be the one that stopped answering).
@@ -44,11 +46,21 @@ class StreamCursor(TypedDict):
     reader: ReaderState
 
 
+class RunEnding(TypedDict):
+    """How the run ended, kept before its teardown: a process that takes the run up after it died there
+    ends the job the same way, instead of finding the containers gone and calling the job lost."""
+
+    outcome: str
+    exit_code: int | None
+    message: str
+
+
 class LaunchCursor(TypedDict, total=False):
     """Where the follow stands in each of mpirun's output files (kept in TrainingJob.launch_cursor)."""
 
     stdout: StreamCursor
     stderr: StreamCursor
+    ended: RunEnding
 
 
 class FollowedFile:
@@ -121,9 +133,9 @@ class Follow:
             else:
                 async with connection:
                     if not started:
-                        await self.start(connection)
-                        started = True
-                    end = await self.follow_once(connection)
+                        started = await self.start(connection)
+                    if started:
+                        end = await self.follow_once(connection)
             if end.ended:
                 return end.exit_code
             if self.stopping.is_set():
@@ -133,11 +145,31 @@ class Follow:
             except TimeoutError:
                 pass
 
-    async def start(self, connection: asyncssh.SSHClientConnection) -> None:
-        """Start mpirun; a start that already happened (the run is being taken up again) does nothing."""
-        await run_checked(connection, "worker-0", "starting mpirun",
-                          ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", RUN_DIR, self.plan.working_dir,
-                           *self.plan.argv])
+    async def start(self, connection: asyncssh.SSHClientConnection) -> bool:
+        """Start mpirun; False when the session failed before it could tell (the start is tried again:
+        one that already happened does nothing). A start that the script refuses fails the run."""
+        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", RUN_DIR, self.plan.working_dir, *self.plan.argv]
+        try:
+            result = await connection.run(shlex.join(argv), check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
+        except (TimeoutError, OSError, asyncssh.Error) as error:
+            logger.info("job %s: starting mpirun: %s; trying again", self.plan.job_id, error)
+            return False
+        if result.exit_status != 0:
+            detail = str(result.stderr or "").strip()[-2000:]
+            raise NodeError("worker-0", "starting mpirun", f"exit status {result.exit_status}: {detail}")
+        return True
+
+    async def exit_status(self, connection: asyncssh.SSHClientConnection) -> FollowEnd:
+        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", RUN_DIR]
+        try:
+            result = await connection.run(shlex.join(argv), check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
+        except (TimeoutError, OSError, asyncssh.Error) as error:
+            logger.info("job %s: reading mpirun's status: %s; following again", self.plan.job_id, error)
+            return CUT
+        await self.finish()
+        # The file is the job's own: what it holds is read as a small number or not at all.
+        code = str(result.stdout or "").strip()
+        return FollowEnd(ended=True, exit_code=int(code) if EXIT_CODE.fullmatch(code) else None)
 
     async def follow_once(self, connection: asyncssh.SSHClientConnection) -> FollowEnd:
         out, err = self.files[STDOUT], self.files[STDERR]
@@ -169,15 +201,13 @@ class Follow:
             stop_seen.cancel()
         status = channel.get_exit_status()
         if status == 0:
-            code = await run_checked(connection, "worker-0", "reading mpirun's exit status",
-                                     ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", RUN_DIR])
-            await self.finish()
-            # The file is in the job's own home: what it holds is the job's word, read as a number or not at all.
-            code = code.strip()
-            return FollowEnd(ended=True, exit_code=int(code) if code.isdigit() and len(code) < 4 else None)
+            return await self.exit_status(connection)
         if status == ENDED_WITHOUT_STATUS:
             await self.finish()
             return FollowEnd(ended=True)
+        if self.stopping.is_set():
+            # The stop ended this session with mpirun: what its last lines held unfinished is kept.
+            await self.finish()
         return CUT
 
     async def pump(self, output: BoundedOutput) -> None:

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, cast
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from jobs.launch.plan import worker_of_rank
@@ -123,8 +124,13 @@ class RunMonitor:
         """Read what was stored since the cursor: a few batches a tick, so the run's other database work
         (its heartbeat) is not held up behind a job that prints faster than this reads; all at the end."""
         if self.extractor is None:
-            definitions = TrainingJob.objects.values_list("metric_definitions", flat=True).get(pk=self.job_id)
+            definitions, starts = TrainingJob.objects.values_list("metric_definitions", "attempt_log_starts").get(
+                pk=self.job_id)
             self.extractor = MetricExtractor(definitions or default_metric_definitions())
+            # A run taken up again reads on after the points stored already, and an attempt after a
+            # restart from its own first line: no point is stored twice.
+            stored = MetricPoint.objects.filter(job_id=self.job_id).aggregate(last=Max("seq"))["last"] or 0
+            self.cursor = max(self.cursor, starts[-1] if starts else 0, stored)
         points: list[MetricPoint] = []
         batches = 0
         while max_batches is None or batches < max_batches:

@@ -110,9 +110,13 @@ class MpirunOutput:
             records.append(self._complete(self.current, at))
             self.current = None
 
-    @staticmethod
-    def _key(tag: re.Match) -> tuple[int, str]:
-        return int(tag.group(2)), LogStream.STDOUT if tag.group(3) == "stdout" else LogStream.STDERR
+    def _key(self, tag: re.Match) -> tuple[int, str] | None:
+        # A tag naming a rank the job does not have is a program's own text that looks like one: kept as
+        # mpirun's (so a forged tag can neither grow the pending lines nor store a rank out of range).
+        rank = int(tag.group(2)) if len(tag.group(2)) < 7 else -1
+        if not 0 <= rank < len(self.rank_workers):
+            return None
+        return rank, LogStream.STDOUT if tag.group(3) == "stdout" else LogStream.STDERR
 
     def _append(self, text: str) -> None:
         if not text:

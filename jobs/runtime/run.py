@@ -24,13 +24,13 @@ from typing import TypeVar, cast
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from jobs.allocation import release_nodes
 from jobs.launch.plan import JobPlan, job_rank_workers, new_key_pair, plan_job, worker_plans
 from jobs.logs.sink import LogSink
-from jobs.logs.store import service_line
+from jobs.logs.store import RunTakenOver, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Worker, WorkerState
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
@@ -92,6 +92,14 @@ def _touch_heartbeat(job_id: int, owner: str = "") -> bool:
     if owner:
         jobs = jobs.filter(run_owner=owner)
     return jobs.update(heartbeat_at=timezone.now()) > 0
+
+
+def _record_ending(job_id: int, outcome: str, exit_code: int | None, message: str) -> None:
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().only("launch_cursor").get(pk=job_id)
+        cursor = dict(job.launch_cursor or {})
+        cursor["ended"] = {"outcome": outcome, "exit_code": exit_code, "message": message}
+        TrainingJob.objects.filter(pk=job_id).update(launch_cursor=cursor)
 
 
 def _launch_cursor(job_id: int) -> LaunchCursor:
@@ -174,11 +182,18 @@ class JobRun:
         launched = resume
         heartbeat = asyncio.create_task(self.beat())
         try:
-            if resume:
+            cursor = await in_database(_launch_cursor, self.job_id) if resume else {}
+            if resume and "ended" in cursor:
+                # The process that went away had seen the run end and was ending the job: finish its work.
+                ended = cursor["ended"]
+                outcome, exit_code, message = ended["outcome"], ended["exit_code"], ended["message"]
+                launched = False
+                await self.say("Ending the job, as the console process that saw its run end was doing")
+            elif resume:
                 await self.say("Following the job again after the console process that ran it went away")
                 await in_database(_event, self.job_id, "resumed",
                                   "Taken up by another console process; the run went on meanwhile")
-                exit_code = await self.launch_watched(await in_database(_launch_cursor, self.job_id))
+                exit_code = await self.launch_watched(cursor)
                 outcome, message = self.outcome_of(exit_code)
             else:
                 await self.say(f"Preparing {len(self.plan.workers)} worker(s)")
@@ -198,6 +213,9 @@ class JobRun:
         except asyncio.CancelledError:
             if not self.disowned:
                 raise
+        except RunTakenOver as error:
+            logger.warning("job %s: %s; this process lets go of it", self.job_id, error)
+            self.disowned = True
         except NodeError as error:
             outcome, message = RunOutcome.FAILED, str(error)
             await self.say(message)
@@ -240,6 +258,7 @@ class JobRun:
         """Tear down, explain, settle: the nodes are released even when the explaining fails."""
         results: list[TeardownResult] = []
         try:
+            await in_database(_record_ending, self.job_id, outcome, exit_code, message)
             results = await self.tear_down()
             # A node that cannot be reached after the launch began was lost mid-job.
             lost = {result.index: result.error for result in results if result.error} if launched else {}
@@ -263,7 +282,7 @@ class JobRun:
         workers = asyncio.create_task(watch.run())
         lost_stop = asyncio.create_task(self.carry_out_a_lost_stop())
         try:
-            exit_code = await launch(self.plan, LogSink(self.job_id), cursor, self.stopping)
+            exit_code = await launch(self.plan, LogSink(self.job_id, owner=self.owner), cursor, self.stopping)
             if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
                 # mpirun may fail for a worker it lost before the watch's next look: one more look says so.
                 workers.cancel()

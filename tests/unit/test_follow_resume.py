@@ -79,3 +79,11 @@ def test_a_cursor_inside_a_character_points_before_it():
     cut = data.index("✓".encode()) + 1
     followed.feed(data[:cut])
     assert followed.cursor()["offset"] == cut - 1
+
+
+def test_a_tag_naming_a_rank_the_job_does_not_have_is_the_programs_own_text_not_a_rank():
+    followed = FollowedFile("stdout", PLAN, None)
+    forged = "".join(f"[1,{rank}]<stdout>:x" for rank in range(4, 2000)) + "[1,99999999999]<stdout>:y\n"
+    records = followed.feed(forged.encode()) + followed.finish()
+    assert [(record.rank, record.worker_index) for record in records] == [(None, 0)]
+    assert len(followed.cursor()["reader"]["pending"]) == 0, "nothing held for ranks that do not exist"

@@ -441,3 +441,30 @@ def test_a_stop_during_a_long_preparation_cuts_it_short_and_the_job_ends_termina
     assert cut_short == [True]
     assert job.status == JobStatus.TERMINATED and nodes.launches == 0 and nodes.teardowns == [[0, 1]]
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_a_run_taken_up_after_its_process_saw_mpirun_end_ends_the_job_as_that_process_would_have(nodes, job):
+    plan = plan_allocated_job(job)
+    TrainingJob.objects.get(pk=job.pk).start()
+    TrainingJob.objects.filter(pk=job.pk).update(
+        run_owner="new:1:ab", launch_cursor={"ended": {"outcome": "exit", "exit_code": 0, "message": ""}})
+
+    asyncio.run(in_own_context(JobRun(plan, "new:1:ab").execute(resume=True)))
+
+    job.refresh_from_db()
+    assert (job.status, job.exit_code) == (JobStatus.COMPLETED, 0), "not taken for lost, not restarted"
+    assert nodes.launches == 0 and nodes.teardowns == [[0, 1]]
+
+
+def test_how_the_run_ended_is_kept_before_its_teardown(nodes, job):
+    seen = []
+    original = nodes.teardown_all
+
+    async def teardown_all(workers):
+        seen.append(await sync_to_async(lambda: TrainingJob.objects.get(pk=job.pk).launch_cursor.get("ended"))())
+        return await original(workers)
+
+    nodes.exit_status = 3
+    run.teardown_all = teardown_all  # undone with the fixture's monkeypatch of the same name
+    run_job(job)
+    assert seen == [{"outcome": "exit", "exit_code": 3, "message": ""}]

@@ -5,8 +5,16 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from jobs.logs.store import SCAN_WINDOW, LogRecord, first_error, read_after, read_before, store_lines
-from jobs.models import LauncherDefaults, LogLine, LogStream
+from jobs.logs.store import (
+    SCAN_WINDOW,
+    LogRecord,
+    RunTakenOver,
+    first_error,
+    read_after,
+    read_before,
+    store_lines,
+)
+from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
 from tests.unit.log_helpers import quiet_redis, rank_line, store, system_line  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("quiet_redis")]
@@ -187,3 +195,23 @@ def test_the_first_error_is_a_traceback_or_warning_or_failed_exit_and_not_a_lowe
     assert first_error(job.pk, {"rank": 2}).text == "Traceback (most recent call last):"
     assert first_error(job.pk, {"stream": "system"}).seq == 8
     assert first_error(job.pk, {}, after=8) is None
+
+
+def test_lines_of_a_process_that_no_longer_owns_the_run_are_refused_with_their_cursor(make_job):
+    job = make_job()
+    TrainingJob.objects.filter(pk=job.pk).update(run_owner="new:2:cd", launch_cursor={"stdout": {"offset": 10}})
+
+    with pytest.raises(RunTakenOver):
+        store_lines(job.pk, [rank_line(0, "late")], launch_cursor={"stdout": {"offset": 99}}, owner="old:1:ab")
+
+    job.refresh_from_db()
+    assert job.log_line_count == 0 and job.launch_cursor == {"stdout": {"offset": 10}}
+    store_lines(job.pk, [rank_line(0, "mine")], launch_cursor={"stdout": {"offset": 20}}, owner="new:2:cd")
+    job.refresh_from_db()
+    assert job.log_line_count == 1 and job.launch_cursor == {"stdout": {"offset": 20}}
+
+
+def test_a_nul_in_a_programs_output_is_stored_as_a_replacement_character(make_job):
+    job = make_job()
+    store_lines(job.pk, [rank_line(0, "a\x00b")])
+    assert LogLine.objects.get(job=job).text == "a\ufffdb"

@@ -7,6 +7,9 @@ set -eu
 workdir=$1 uid=$2
 
 cd "$workdir"
+# What an earlier attempt of the job left here (a teardown that could not reach the node) must not pass
+# for this one's: its run folder would make mpirun's start a no-op. rm does not follow the links in it.
+rm -rf home
 mkdir -p home/user-job-dir
 tar --no-same-owner --no-same-permissions -xf bundle.tar
 tar --no-same-owner --no-same-permissions -xf code.tar -C home/user-job-dir
