@@ -310,6 +310,8 @@ RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 30, minimum=5)
 # (or a container gone) fails the job, long before Open MPI's own timeout would.
 WORKER_PROBE_SECONDS = float(env_int("WORKER_PROBE_SECONDS", 5, minimum=1))
 NODE_LOST_SECONDS = float(env_int("NODE_LOST_SECONDS", 30, minimum=5))
+# How often each worker's CPU, memory and GPU use is kept for the job's resource charts.
+RESOURCE_SAMPLE_SECONDS = float(env_int("RESOURCE_SAMPLE_SECONDS", 15, minimum=1))
 JOB_USER = env_str("JOB_USER", "ma-user")
 JOB_USER_PREFERRED_UID = env_int("JOB_USER_PREFERRED_UID", 1000, minimum=1)
 # Log lines are written in batches so a chatty job costs one transaction per batch, not per line.
@@ -329,6 +331,27 @@ CODE_DIR_MAX_COMPRESSION_RATIO = env_int("CODE_DIR_MAX_COMPRESSION_RATIO", 100, 
 # A console running as root unpacks as this account, which must not be root (and is best used by nothing else).
 CODE_DIR_UNPACK_USER = env_str("CODE_DIR_UNPACK_USER", "nobody")
 CODE_DIR_UNPACK_TIMEOUT_SECONDS = env_int("CODE_DIR_UNPACK_TIMEOUT_SECONDS", 300, minimum=1)
+
+# Telling users that their jobs ended (jobs.notifications). CONSOLE_PUBLIC_URL is where they reach the console,
+# for the links in what is sent. Webhooks are never called at loopback, private, link-local or reserved
+# addresses (the console's own Redis and nodes are there) unless WEBHOOK_ALLOW_PRIVATE; a call that times out,
+# cannot connect or gets a 5xx is tried WEBHOOK_RETRIES more times, waiting 1, 2, 4... x the backoff between.
+CONSOLE_PUBLIC_URL = env_str("CONSOLE_PUBLIC_URL", "http://localhost:8000").rstrip("/")
+WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
+WEBHOOK_TIMEOUT_SECONDS = env_int("WEBHOOK_TIMEOUT_SECONDS", 5, minimum=1)
+WEBHOOK_RETRIES = env_int("WEBHOOK_RETRIES", 3, minimum=0)
+WEBHOOK_RETRY_BACKOFF_SECONDS = env_int("WEBHOOK_RETRY_BACKOFF_MS", 1000, minimum=0) / 1000
+# E-mail is off until EMAIL_HOST names an SMTP server.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "training-console@localhost")
 
 # The local cluster `make run` and the tests bring up (namespaces on a private bridge).
 # Outside the checkout on purpose: sshd refuses keys reached through a group- or world-writable

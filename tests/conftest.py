@@ -138,7 +138,9 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
     settings.NODE_WORK_ROOT = TEST_NODE_WORK_ROOT
     env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
-           "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT}
+           "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT,
+           # Short jobs still get a few resource samples per worker.
+           "WORKER_PROBE_SECONDS": "2", "RESOURCE_SAMPLE_SECONDS": "2"}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
     worker.start()
     STARTED_WORKERS.append(worker)

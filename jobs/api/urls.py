@@ -2,7 +2,7 @@ from django.urls import path
 
 from jobs.logs.follow import job_log_events
 
-from . import events, results, views
+from . import events, resources, results, views
 
 urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
@@ -18,6 +18,7 @@ urlpatterns = [
     path("training-jobs/<int:pk>/log/first-error", views.TrainingJobLogFirstError.as_view(), name="api-job-log-first-error"),
     path("training-jobs/<int:pk>/nccl", views.TrainingJobNccl.as_view(), name="api-job-nccl"),
     path("training-jobs/<int:pk>/events", events.TrainingJobEvents.as_view(), name="api-job-events"),
+    path("training-jobs/<int:pk>/resources", resources.JobResources.as_view(), name="api-job-resources"),
     path("training-jobs/<int:pk>/stop", views.TrainingJobStop.as_view(), name="api-job-stop"),
     # What a run left: each rank's end and the failure card, metrics, outputs.
     path("training-jobs/<int:pk>/outcome", results.JobOutcome.as_view(), name="api-job-outcome"),

@@ -1,4 +1,4 @@
-"""While a job runs: is every worker's container still there, and does every node still answer?
+"""While a job runs: is every worker's container still there, does every node still answer, what does each use?
 
 Open MPI notices a node that drops out only when its own timeout runs out (minutes, code 205 here), and
 not at all a worker whose container died while mpirun waits on it. So every few seconds each node is
@@ -18,6 +18,7 @@ import asyncssh
 from django.conf import settings
 
 from jobs.launch.plan import WorkerPlan
+from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
 logger = logging.getLogger(__name__)
@@ -25,23 +26,72 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT_SECONDS = 5.0
 
 LostCallback = Callable[[dict[int, str]], Awaitable[None]]
+UsageCallback = Callable[[dict[int, "Usage"]], Awaitable[None]]
+USAGE_SCRIPT = (NODE_SCRIPTS / "worker-usage.sh").read_text()
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a container had used by one moment, as its cgroup counts it (CPU time is cumulative)."""
+
+    cpu_ns: int | None = None
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    gpu_percent: float | None = None
+    gpu_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One look at one worker: its container runs, is gone, or its node could not be asked."""
+    """One look at one worker: its container runs (and what it uses), is gone, or its node could not be asked."""
 
     index: int
     running: bool = False
     gone: str = ""
     unreachable: str = ""
+    usage: Usage | None = None
+
+
+# A cgroup v1 memory limit of "none" is the largest page-aligned number; anything past 1 EiB is no limit.
+NO_LIMIT = 1 << 60
+
+
+def read_usage(text: str) -> tuple[str, Usage | None]:
+    """worker-usage.sh's answer: its state word ("running", "stopped", "gone", "error ...") and the usage."""
+    lines = text.strip().splitlines()
+    state = lines[0].removeprefix("state=") if lines and lines[0].startswith("state=") else "error " + text[:200]
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        for word in line.split():
+            key, _, value = word.partition("=")
+            fields[key] = value
+
+    def number(key: str) -> int | None:
+        value = fields.get(key, "")
+        return int(value) if value.isascii() and value.isdigit() and len(value) < 20 else None
+
+    if state != "running":
+        return state, None
+    limit = number("limit")
+    gpu_mem = number("gpu_mem_mib")
+    return state, Usage(cpu_ns=number("cpu_ns"), memory_bytes=number("mem"),
+                        memory_limit_bytes=limit if limit is not None and limit < NO_LIMIT else None,
+                        gpu_percent=float(fields["gpu_util"]) if number("gpu_util") is not None else None,
+                        gpu_memory_bytes=gpu_mem * 1024 * 1024 if gpu_mem is not None else None)
+
+
+def gpu_indices(devices: tuple[str, ...]) -> str:
+    """The GPUs a worker was given, by their CDI names (nvidia.com/gpu=0), as nvidia-smi -i takes them."""
+    return ",".join(device.rpartition("=")[2] for device in devices if device.rpartition("=")[2].isdigit())
 
 
 class WorkerWatch:
     def __init__(self, workers: list[WorkerPlan], on_lost: LostCallback, *,
-                 interval: float | None = None, lost_after: float | None = None):
+                 interval: float | None = None, lost_after: float | None = None,
+                 on_usage: UsageCallback | None = None):
         self.workers = workers
         self.on_lost = on_lost
+        self.on_usage = on_usage
         self.interval = interval if interval is not None else settings.WORKER_PROBE_SECONDS
         self.lost_after = lost_after if lost_after is not None else settings.NODE_LOST_SECONDS
         self.connections: dict[int, asyncssh.SSHClientConnection] = {}
@@ -52,6 +102,8 @@ class WorkerWatch:
             while True:
                 await asyncio.sleep(self.interval)
                 probes = await asyncio.gather(*(self.probe(worker) for worker in self.workers))
+                if self.on_usage is not None:
+                    await self.on_usage({probe.index: probe.usage for probe in probes if probe.usage})
                 lost = self.judge(probes, time.monotonic())
                 if lost:
                     await self.on_lost(lost)
@@ -86,26 +138,27 @@ class WorkerWatch:
         return lost
 
     async def probe(self, worker: WorkerPlan) -> Probe:
-        command = shlex.join(["podman", "container", "inspect", "--format", "{{.State.Running}}", worker.container_name])
+        command = shlex.join(["sh", "-s", "--", worker.container_name, gpu_indices(worker.gpu_devices)])
         try:
             connection = self.connections.get(worker.index)
             if connection is None:
                 connection = self.connections[worker.index] = await connect(worker.node)
-            result = await asyncio.wait_for(connection.run(command, check=False), PROBE_TIMEOUT_SECONDS)
+            result = await asyncio.wait_for(connection.run(command, input=USAGE_SCRIPT, check=False),
+                                            PROBE_TIMEOUT_SECONDS)
         except NodeError as error:
             return Probe(worker.index, unreachable=error.reason)
         except (TimeoutError, OSError, asyncssh.Error) as error:
             self.forget(worker.index)
             return Probe(worker.index, unreachable=str(error) or type(error).__name__)
-        answer = str(result.stdout or "").strip()
-        if result.exit_status == 0 and answer == "true":
-            return Probe(worker.index, running=True)
-        if result.exit_status == 0:
+        state, usage = read_usage(str(result.stdout or ""))
+        if state == "running":
+            return Probe(worker.index, running=True, usage=usage)
+        if state == "stopped":
             return Probe(worker.index, gone=f"its container {worker.container_name} has stopped")
-        if "no such" in str(result.stderr or "").lower():
+        if state == "gone":
             return Probe(worker.index, gone=f"its container {worker.container_name} is gone")
         # podman itself failed (busy, storage locked): not an answer about the container.
-        return Probe(worker.index, unreachable=f"podman said {str(result.stderr or '').strip()[-200:]}")
+        return Probe(worker.index, unreachable=f"podman said {state.removeprefix('error').strip()}")
 
     def forget(self, index: int) -> None:
         connection = self.connections.pop(index, None)

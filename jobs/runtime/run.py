@@ -40,6 +40,7 @@ from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.outputs import collect_outputs
 from jobs.runtime.preparation import prepare_all
+from jobs.runtime.resources import ResourceRecorder
 from jobs.runtime.ssh import NodeError
 from jobs.runtime.teardown import TeardownResult, teardown_all
 from jobs.secret_box import seal_secret
@@ -278,7 +279,7 @@ class JobRun:
         monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console,
                              not_running=self.stopping)
         watching = asyncio.create_task(monitor.run())
-        watch = WorkerWatch(self.plan.workers, self.lose_workers)
+        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=ResourceRecorder(self.job_id).take)
         workers = asyncio.create_task(watch.run())
         lost_stop = asyncio.create_task(self.carry_out_a_lost_stop())
         try:

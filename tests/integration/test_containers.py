@@ -131,3 +131,22 @@ def test_a_node_without_the_image_gets_it_from_the_console_and_the_job_runs(api,
     assert "copying it from the console" in service
     for node in console["cluster"]:
         assert on_node(node, f"podman image exists {MPI.reference} && echo yes || echo no").strip() == "yes"
+
+
+def test_each_workers_cpu_and_memory_are_sampled_from_its_container_while_the_job_runs(api, console, owner):
+    code_dir_from_program("busy", "numbered.py")
+    job = submit(api, name="sampled", code_dir="busy", boot_file="numbered.py",
+                 parameters=[{"name": "count", "value": "3000"}, {"name": "per_second", "value": "250"}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=180)
+
+    samples = list(job.resource_samples.order_by("at"))
+    assert {sample.worker_index for sample in samples} == {0, 1}
+    assert all(sample.memory_bytes > 1024 * 1024 for sample in samples), "a container with Python in it uses memory"
+    limit = console["spec"].memory_gb * 1024**3
+    assert {sample.memory_limit_bytes for sample in samples} == {limit}, "the spec's limit, as the cgroup has it"
+    assert any(sample.cpu_percent > 1 for sample in samples) and all(0 <= sample.cpu_percent < 400 for sample in samples)
+
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/resources").json()
+    assert answer["final"] is True
+    assert [(worker["worker"], len(worker["samples"])) for worker in answer["workers"]] == [
+        (index, sum(sample.worker_index == index for sample in samples)) for index in (0, 1)]

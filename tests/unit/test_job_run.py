@@ -79,7 +79,7 @@ class FakeNodes:
                 await stopping.wait()
         return self.exit_status
 
-    def worker_watch(self, workers, on_lost):
+    def worker_watch(self, workers, on_lost, on_usage=None):
         """The watch, idle: the fake launch reports the workers in `lose` lost through its callback."""
         self.on_lost = on_lost
 

@@ -1,0 +1,43 @@
+#!/bin/sh
+# One look at a worker's container, as its node's root: whether it runs, and what it uses.
+# Prints "state=running|stopped|gone|error", then, for a running one, "cpu_ns=N mem=N limit=N" from its
+# cgroup (v1 or v2) and, where GPUs are given (their indices, comma-separated), "gpu_util=N gpu_mem_mib=N".
+# Usage: worker-usage.sh CONTAINER_NAME [GPU_INDICES]
+set -u
+name=$1 gpus=${2:-}
+
+if ! answer=$(podman container inspect --format '{{.State.Running}} {{.State.Pid}}' "$name" 2>&1); then
+    case "$answer" in
+        *"no such"*) echo "state=gone" ;;
+        *) echo "state=error $(echo "$answer" | tr -d '\n' | cut -c1-200)" ;;
+    esac
+    exit 0
+fi
+running=${answer% *} pid=${answer#* }
+if [ "$running" != true ]; then
+    echo "state=stopped"
+    exit 0
+fi
+echo "state=running"
+
+read_number() { [ -r "$1" ] && head -c 32 "$1" | tr -cd '0-9'; }
+v2=$(sed -n 's/^0:://p' "/proc/$pid/cgroup" 2>/dev/null)
+if [ -n "$v2" ] && [ -e "/sys/fs/cgroup$v2/cpu.stat" ]; then
+    dir=/sys/fs/cgroup$v2
+    usec=$(sed -n 's/^usage_usec //p' "$dir/cpu.stat")
+    cpu=$(( ${usec:-0} * 1000 ))
+    mem=$(read_number "$dir/memory.current")
+    limit=$(read_number "$dir/memory.max")
+else
+    memory=$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' "/proc/$pid/cgroup")
+    cpuacct=$(sed -n 's/^[0-9]*:[a-z,]*cpuacct[a-z,]*:\(.*\)$/\1/p' "/proc/$pid/cgroup")
+    cpu=$(read_number "/sys/fs/cgroup/cpuacct$cpuacct/cpuacct.usage")
+    mem=$(read_number "/sys/fs/cgroup/memory$memory/memory.usage_in_bytes")
+    limit=$(read_number "/sys/fs/cgroup/memory$memory/memory.limit_in_bytes")
+fi
+echo "cpu_ns=${cpu:-} mem=${mem:-} limit=${limit:-}"
+
+if [ -n "$gpus" ] && command -v nvidia-smi >/dev/null 2>&1; then
+    timeout 10 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i "$gpus" 2>/dev/null |
+        awk -F', *' '{ util += $1; mem += $2; n++ } END { if (n) printf "gpu_util=%d gpu_mem_mib=%d\n", util / n, mem }'
+fi

@@ -1,0 +1,68 @@
+"""Resource samples: worker-usage.sh's answer read back, and a worker's CPU share from its cgroup's CPU time."""
+
+import pytest
+
+from jobs.models import ResourceSample
+from jobs.runtime.liveness import Usage, gpu_indices, read_usage
+from jobs.runtime.resources import ResourceRecorder
+
+
+def test_a_running_containers_answer_gives_its_cpu_time_memory_and_limit():
+    state, usage = read_usage("state=running\ncpu_ns=2500000000 mem=104857600 limit=4294967296\n")
+    assert state == "running"
+    assert usage == Usage(cpu_ns=2_500_000_000, memory_bytes=104_857_600, memory_limit_bytes=4_294_967_296)
+
+
+def test_cgroup_v1s_no_limit_is_no_limit_and_gpus_are_read_where_given():
+    _, usage = read_usage("state=running\ncpu_ns=1 mem=2 limit=9223372036854771712\ngpu_util=87 gpu_mem_mib=2048\n")
+    assert usage.memory_limit_bytes is None
+    assert (usage.gpu_percent, usage.gpu_memory_bytes) == (87.0, 2048 * 1024 * 1024)
+
+
+@pytest.mark.parametrize("answer, state", [("state=gone\n", "gone"), ("state=stopped\n", "stopped"),
+                                           ("state=error storage locked\n", "error storage locked"),
+                                           ("something else", "error something else")])
+def test_a_container_that_does_not_run_has_no_usage(answer, state):
+    assert read_usage(answer) == (state, None)
+
+
+def test_numbers_the_job_could_have_bent_are_read_as_nothing():
+    _, usage = read_usage("state=running\ncpu_ns=² mem=-5 limit=" + "9" * 40 + "\n")
+    assert usage == Usage()
+
+
+def test_the_gpus_of_a_worker_are_its_cdi_names_indices():
+    assert gpu_indices(("nvidia.com/gpu=0", "nvidia.com/gpu=3")) == "0,3"
+    assert gpu_indices(()) == ""
+
+
+@pytest.mark.django_db
+def test_a_sample_is_kept_every_interval_with_the_cpu_share_since_the_last_one(make_job):
+    job = make_job()
+    recorder = ResourceRecorder(job.pk, every=15)
+    two_cores = 2_000_000_000  # ns of CPU a second
+
+    assert recorder.samples({0: Usage(cpu_ns=0, memory_bytes=1)}, now=100.0) == [], "the first look only starts the count"
+    assert recorder.samples({0: Usage(cpu_ns=10 * two_cores, memory_bytes=1)}, now=110.0) == [], "too soon"
+    [sample] = recorder.samples({0: Usage(cpu_ns=15 * two_cores, memory_bytes=5, memory_limit_bytes=9)}, now=115.0)
+    assert (sample.worker_index, sample.cpu_percent, sample.memory_bytes, sample.memory_limit_bytes) == (0, 200.0, 5, 9)
+    assert isinstance(sample, ResourceSample) and sample.job_id == job.pk
+
+
+@pytest.mark.django_db
+def test_the_owner_reads_each_workers_samples_and_a_stranger_is_told_the_job_does_not_exist(make_job, owner, stranger):
+    from django.utils import timezone
+
+    from tests.fixtures import api_client
+
+    job = make_job(owner=owner)
+    for index in (1, 0):
+        ResourceSample.objects.create(job=job, worker_index=index, at=timezone.now(), cpu_percent=50.0,
+                                      memory_bytes=1024, memory_limit_bytes=None)
+
+    answer = api_client(owner).get(f"/api/v1/training-jobs/{job.pk}/resources")
+
+    assert answer.status_code == 200
+    assert [(worker["worker"], [sample["cpu_percent"] for sample in worker["samples"]])
+            for worker in answer.json()["workers"]] == [(0, [50.0]), (1, [50.0])]
+    assert api_client(stranger).get(f"/api/v1/training-jobs/{job.pk}/resources").status_code == 404
