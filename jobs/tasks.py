@@ -9,7 +9,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.db import transaction
 
-from jobs import allocation
+from jobs import allocation, notifications
 from jobs.models import Node
 from jobs.runtime import node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
@@ -105,3 +105,9 @@ def check_nodes(node_ids: list[int] | None = None) -> None:
     for result in check_nodes_now(nodes):
         if not result.ready:
             logger.warning("node %s is not ready: %s", result.node, result.message)
+
+
+@shared_task(ignore_result=True)
+def notify_job_ended(job_id: int) -> None:
+    """Tell a job's owner it ended (queued by name from jobs.notifications once the final state is committed)."""
+    notifications.deliver_job_ended(job_id)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import token_views, views
+from jobs import token_views, views, webhook_views
 
 urlpatterns = [
     path("", views.job_list, name="job-list"),
@@ -16,4 +16,6 @@ urlpatterns = [
     path("capacity", views.capacity, name="capacity"),
     path("tokens", token_views.token_list, name="token-list"),
     path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token-revoke"),
+    path("webhook", webhook_views.webhook_page, name="webhook"),
+    path("webhook/<str:action>", webhook_views.webhook_action, name="webhook-action"),
 ]
