@@ -22,6 +22,7 @@ import logging
 import secrets
 import socket
 import ssl
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,8 +41,6 @@ logger = logging.getLogger(__name__)
 EVENT_JOB_ENDED = "job.ended"
 EVENT_TEST = "webhook.test"
 SECRET_PREFIX = "whsec_"
-# What is read of a receiver's answer: its status is what counts, a huge body must not hold the worker.
-MAX_ANSWER_BYTES = 64 * 1024
 URL_SAFE = "/%:@!$&'()*+,;=~"
 
 
@@ -150,6 +149,26 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
         self.sock = self._tls.wrap_socket(_connect(self._addresses, self.port, self.timeout), server_hostname=self.host)
 
 
+class _Deadline:
+    def __init__(self, connection: http.client.HTTPConnection, seconds: float):
+        self.connection, self.passed = connection, False
+        self.timer = threading.Timer(seconds, self._cut)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _cut(self) -> None:
+        self.passed = True
+        sock = self.connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
 def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -180,10 +199,16 @@ def post_signed(url: str, event: str, payload: dict[str, Any], secret: str, *, r
         retry = False
         connection_class = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
         connection = connection_class(target, timeout)
+        # The socket's timeout bounds each read; this bounds the whole attempt, against a receiver that
+        # answers a byte at a time.
+        deadline = _Deadline(connection, timeout)
         try:
             connection.request("POST", target.path, body=body, headers=headers)
+            # Only the status counts: the body is not read, the connection is closed below.
             answer = connection.getresponse()
-            answer.read(MAX_ANSWER_BYTES)
+            if deadline.passed:
+                # The cut socket reads as the end of the headers: what came before it is no answer.
+                raise TimeoutError("timed out")
             status = answer.status
             if 200 <= status < 300:
                 return Delivery(True, _short(f"HTTP {status} {answer.reason}".strip()), attempts)
@@ -194,9 +219,13 @@ def post_signed(url: str, event: str, payload: dict[str, Any], secret: str, *, r
                 result = f"HTTP {status} {answer.reason}".strip()
                 retry = status >= 500
         except (OSError, http.client.HTTPException) as failure:
-            result = f"cannot be reached: {failure.__class__.__name__} {failure}".strip()
+            if deadline.passed:
+                result = f"cannot be reached: timed out after {timeout:g} s"
+            else:
+                result = f"cannot be reached: {failure.__class__.__name__} {failure}".strip()
             retry = True
         finally:
+            deadline.cancel()
             connection.close()
         if not retry or attempts > retries:
             suffix = f" (after {attempts} attempts)" if attempts > 1 else ""

@@ -29,6 +29,7 @@ class Receiver:
         self.requests: list[dict] = []
         self.answers: list[int | tuple[int, dict]] = []
         self.delay = 0.0
+        self.trickle = False
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,6 +38,14 @@ class Receiver:
                 receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 if receiver.delay:
                     time.sleep(receiver.delay)
+                if receiver.trickle:
+                    # A status line, then a header a byte at a time: each read is quick, the answer never ends.
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    for byte in b"X-Slow: " + b"a" * 1000:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    return
                 answer = receiver.answers.pop(0) if receiver.answers else 200
                 status, headers = answer if isinstance(answer, tuple) else (answer, {})
                 self.send_response(status)
@@ -215,6 +224,17 @@ def test_a_slow_receiver_times_out(receiver, owner, make_job, settings):
     assert "timed out" in Webhook.objects.get(user=owner).last_result
 
 
+def test_a_receiver_that_answers_a_byte_at_a_time_is_cut_at_the_timeout(receiver, owner, make_job, settings):
+    settings.WEBHOOK_TIMEOUT_SECONDS = 1
+    settings.WEBHOOK_RETRIES = 0
+    receiver.trickle = True
+    hook_of(owner, receiver.url)
+    started = time.monotonic()
+    notifications.deliver_job_ended(ended_job(make_job).pk)
+    assert time.monotonic() - started < 1.9
+    assert Webhook.objects.get(user=owner).last_result == "cannot be reached: timed out after 1 s"
+
+
 @pytest.mark.parametrize("url", [
     "http://127.0.0.1/hook", "http://localhost:8000/", "http://10.0.0.5/", "http://192.168.1.1/", "http://172.16.0.1/",
     "http://169.254.169.254/latest/meta-data/", "http://100.64.0.1/", "http://0.0.0.0/", "http://[::1]/",
@@ -278,6 +298,21 @@ def test_no_mail_without_email_host_or_address_and_on_failure_only_applies(recei
     hook_of(owner, receiver.url, on_failure_only=True)
     notifications.deliver_job_ended(ended_job(make_job, JobStatus.COMPLETED).pk)
     assert mail.outbox == []
+
+
+def test_a_mail_server_that_is_away_does_not_stop_the_webhook(receiver, owner, make_job, settings):
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", port, 1
+    owner.email = "owner@example.org"
+    owner.save()
+    hook_of(owner, receiver.url)
+    job = ended_job(make_job)
+    assert notifications.send_email(job, None) is False
+    notifications.deliver_job_ended(job.pk)
+    assert len(receiver.requests) == 1
 
 
 def test_notify_queues_nothing_for_a_state_that_is_not_final(monkeypatch):
