@@ -330,6 +330,14 @@ def deliver_job_ended(job_id: int) -> None:
         logger.warning("the end of job %s could not be notified", job_id, exc_info=True)
 
 
+def _listened_to(job_id: int) -> bool:
+    from jobs.models import TrainingJob, Webhook
+
+    if Webhook.objects.filter(user__training_jobs__pk=job_id).exists():
+        return True
+    return bool(settings.EMAIL_HOST) and TrainingJob.objects.filter(pk=job_id).exclude(owner__email="").exists()
+
+
 def notify_job_ended(job_id: int, status: str | None = None) -> None:
     """Queues the notification of a job that ended; a `status` that is not final is ignored (the task checks again)."""
     try:
@@ -339,7 +347,9 @@ def notify_job_ended(job_id: int, status: str | None = None) -> None:
 
         if status is not None and status not in FINAL_STATES:
             return
-
+        # Most users ask for nothing: their jobs' ends cost a query here, not a message through the broker.
+        if not _listened_to(job_id):
+            return
         # By name: importing jobs.tasks here would tie the models to the runtime.
         current_app.send_task("jobs.tasks.notify_job_ended", args=(job_id,), retry=False)
     except Exception:  # noqa: BLE001 - a broker that is away must not fail a state change

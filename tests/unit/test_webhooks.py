@@ -315,24 +315,44 @@ def test_a_mail_server_that_is_away_does_not_stop_the_webhook(receiver, owner, m
     assert len(receiver.requests) == 1
 
 
-def test_notify_queues_nothing_for_a_state_that_is_not_final(monkeypatch):
-    sent = []
+@pytest.fixture
+def queued(monkeypatch):
     from celery import current_app
 
+    sent: list = []
     monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append((name, kwargs)))
-    notifications.notify_job_ended(5, JobStatus.RUNNING)
-    notifications.notify_job_ended(5, JobStatus.FAILED)
-    assert sent == [("jobs.tasks.notify_job_ended", {"args": (5,), "retry": False})]
+    return sent
 
 
-def test_notify_never_raises_when_the_broker_is_away(monkeypatch):
+def test_an_end_is_queued_for_a_user_with_a_webhook_and_a_state_that_is_not_final_is_not(queued, owner, make_job):
+    job = make_job()
+    hook_of(owner, "https://hooks.example.org/in")
+    notifications.notify_job_ended(job.pk, JobStatus.RUNNING)
+    notifications.notify_job_ended(job.pk, JobStatus.FAILED)
+    assert queued == [("jobs.tasks.notify_job_ended", {"args": (job.pk,), "retry": False})]
+
+
+def test_nothing_is_queued_for_a_user_who_asked_for_nothing(queued, owner, stranger, make_job, settings):
+    hook_of(stranger, "https://hooks.example.org/in")
+    owner.email = "owner@example.org"
+    owner.save()
+    settings.EMAIL_HOST = ""
+    notifications.notify_job_ended(make_job().pk, JobStatus.COMPLETED)
+    assert queued == []
+    settings.EMAIL_HOST = "smtp.example.org"
+    notifications.notify_job_ended(make_job(name="other").pk, JobStatus.COMPLETED)
+    assert len(queued) == 1, "mailed where e-mail is set up and the owner has an address"
+
+
+def test_notify_never_raises_when_the_broker_is_away(monkeypatch, owner, make_job):
     from celery import current_app
 
     def away(*args, **kwargs):
         raise ConnectionError("broker away")
 
     monkeypatch.setattr(current_app, "send_task", away)
-    notifications.notify_job_ended(5, JobStatus.FAILED)
+    hook_of(owner, "https://hooks.example.org/in")
+    notifications.notify_job_ended(make_job().pk, JobStatus.FAILED)
 
 
 def test_the_task_is_registered_under_the_name_notify_queues():
