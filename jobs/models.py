@@ -15,6 +15,7 @@ from jobs.launch.plan import SshTarget
 from jobs.logs.progress import JobProgressPublisher
 from jobs.results.rank_records import describe_outcome
 
+from .notifications import notify_job_ended
 from .secret_box import open_secret, seal_secret
 
 
@@ -483,6 +484,8 @@ class TrainingJob(models.Model):
             # Every change of state, whoever makes it, wakes the job's followers once it is committed.
             job_id = self.pk
             transaction.on_commit(lambda: JobProgressPublisher(job_id).state_changed(to))
+            # A job that ended tells its owner (their webhook, their e-mail), if they listen.
+            transaction.on_commit(lambda: notify_job_ended(job_id, to))
         self.status = to
         for key, value in fields.items():
             setattr(self, key, value)

@@ -32,13 +32,13 @@ class ResourceSampleSerializer(serializers.ModelSerializer):
 class WorkerResourcesSerializer(serializers.Serializer):
     worker = serializers.IntegerField(help_text="The worker's index.")
     node = serializers.CharField(help_text="The node it ran on.")
-    samples = ResourceSampleSerializer(many=True)
+    samples = ResourceSampleSerializer(many=True, help_text="Oldest first; a long run's downsampled.")
 
 
 class JobResourcesSerializer(serializers.Serializer):
     final = serializers.BooleanField(help_text="The job has ended: no sample will be added.")
     interval_seconds = serializers.FloatField(help_text="How often a sample is taken while the job runs.")
-    workers = WorkerResourcesSerializer(many=True)
+    workers = WorkerResourcesSerializer(many=True, help_text="One entry per worker that has samples.")
 
 
 class JobResources(APIView):
