@@ -21,7 +21,9 @@ RANKS = 4  # 2 nodes x 2 slots
 JOB_PROCESSES = ("sshd", "/usr/sbin/sshd", "orted", "/usr/bin/orted", "mpirun", "/usr/bin/mpirun", "sh ",
                  "/bin/sh ", "python", "/usr/local/bin/python", "/usr/bin/python", "bash ", "/bin/bash ",
                  # what a rank of the job runs from its code directory (here: the planted setuid program)
-                 "/home/ma-user/user-job-dir/")
+                 "/home/ma-user/user-job-dir/",
+                 # the console's follow of mpirun's output files on worker-0 (jobs/runtime/launcher.py)
+                 "tail -c ")
 
 
 def submit(api, **fields) -> TrainingJob:
@@ -144,7 +146,8 @@ def test_each_workers_cpu_and_memory_are_sampled_from_its_container_while_the_jo
     assert all(sample.memory_bytes > 1024 * 1024 for sample in samples), "a container with Python in it uses memory"
     limit = console["spec"].memory_gb * 1024**3
     assert {sample.memory_limit_bytes for sample in samples} == {limit}, "the spec's limit, as the cgroup has it"
-    assert any(sample.cpu_percent > 1 for sample in samples) and all(0 <= sample.cpu_percent < 400 for sample in samples)
+    cpu = [sample.cpu_percent for sample in samples]
+    assert any(share > 0 for share in cpu) and all(0 <= share < 400 for share in cpu), cpu
 
     answer = api.get(f"/api/v1/training-jobs/{job.pk}/resources").json()
     assert answer["final"] is True
