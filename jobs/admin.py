@@ -21,10 +21,12 @@ from jobs.launch.masking import mask_shell_text, masked
 
 from .allocation import waiting_reason
 from .force_release import force_release_job, force_release_node
+from .job_display import stop_event_message
 from .models import (
     Engine,
     EngineVersion,
     IllegalTransition,
+    JobEvent,
     JobStatus,
     LauncherDefaults,
     Node,
@@ -448,6 +450,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
             with transaction.atomic():
                 try:
                     request_stop(job)
+                    JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
                     stopped += 1
                 except IllegalTransition:
                     refused.append(f"{job.name} ({job.status})")
