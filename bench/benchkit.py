@@ -1,9 +1,10 @@
 """What the benchmarks that run jobs share: their own console (database, Redis, Celery worker, web server,
-local cluster on a bridge and subnet of their own), loading the engine image onto nodes, and reading a
-job's stages back from its log lines, its events and the Celery worker's own log.
+local cluster on a bridge and subnet of their own), loading the engine image onto nodes, a job's
+containers made by hand as the runtime makes them (the floor a benchmark sets the console beside), and
+reading a job's stages back from its log lines, its events and the Celery worker's own log.
 
-Not a benchmark: `bench/launch_overhead.py` and `bench/fanout.py` import it (each stays runnable alone,
-as `.venv/bin/python bench/NAME.py`). Call `environment()` before Django is set up.
+Not a benchmark: the benchmarks under bench/ import it (each stays runnable alone, as
+`.venv/bin/python bench/NAME.py`). Call `environment()` before Django is set up.
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def time_limit(seconds: int) -> None:
 
     signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
+
+
+def begin(name: str, parser, limit: int):
+    """The benchmark's arguments, with its bound in time (--time-limit), once the machine's load is printed."""
+    parser.add_argument("--time-limit", type=int, default=limit, help="seconds before everything is taken down")
+    args = parser.parse_args()
+    print(f"{name}: {load_line()} at the start; test runs: {test_runs()}", flush=True)
+    time_limit(args.time_limit)
+    return args
 
 
 class Console:
@@ -153,6 +163,83 @@ async def load_image_on_nodes(nodes, reference: str, archive: Path, concurrency:
             return time.monotonic() - started
 
     return list(await asyncio.gather(*(one(node) for node in nodes)))
+
+
+async def prepare_by_hand(plan, worker, code_archive: Path, scratch: Path) -> dict[str, float]:
+    """One worker's container as the runtime makes it, with no more steps than it needs; each step timed."""
+    from jobs.runtime.containers import JOB_UID, run_argv
+    from jobs.runtime.preparation import NODE_SCRIPTS, write_worker_bundle
+    from jobs.runtime.ssh import connect, run_checked
+
+    times: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def took(step: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        times[step] = now - mark
+        mark = now
+
+    bundle = scratch / f"bundle-{worker.index}.tar"
+    write_worker_bundle(plan, worker, bundle)
+    connection = await connect(worker.node)
+    took("SSH connect (node)")
+    async with connection:
+        async with connection.start_sftp_client() as sftp:
+            await sftp.makedirs(worker.workdir, exist_ok=True)
+            await sftp.put(str(bundle), f"{worker.workdir}/bundle.tar")
+            await sftp.put(str(code_archive), f"{worker.workdir}/code.tar")
+            await sftp.put(str(NODE_SCRIPTS / "prepare-workdir.sh"), f"{worker.workdir}/prepare-workdir.sh")
+        took("upload (SFTP: mkdir, bundle, code, script)")
+        await run_checked(connection, worker.node.label, "laying out the job's files",
+                          ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
+        took("workdir layout (prepare-workdir.sh)")
+        await run_checked(connection, worker.node.label, "starting the container", run_argv(plan, worker))
+        took("container start (podman run)")
+    deadline = time.monotonic() + 15
+    while True:  # polled every 10 ms: the floor of the wait, not the console's 100 ms
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(worker.address, plan.sshd_port), 2)
+            writer.close()
+            break
+        except (TimeoutError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+    took("sshd port open")
+    return times
+
+
+async def remove_by_hand(plan, worker) -> None:
+    from jobs.runtime.ssh import connect, run_checked
+
+    async with await connect(worker.node) as connection:
+        await run_checked(connection, worker.node.label, "removing the container",
+                          ["podman", "rm", "--force", "--time", "2", worker.container_name])
+        await run_checked(connection, worker.node.label, "removing the files", ["rm", "-rf", worker.workdir])
+
+
+def bare_plan(owner, nodes, form_data: dict):
+    """The plan the runtime would make for this job on these nodes; the job row is kept out of the queue."""
+    from django.conf import settings
+
+    from jobs.forms import TrainingJobForm
+    from jobs.launch.plan import new_key_pair, plan_job
+    from jobs.launch.platform_env import worker_hostname
+    from jobs.models import JobStatus, LauncherDefaults, Worker
+    from jobs.submission import job_from_form, sshd_port_for
+
+    form = TrainingJobForm(data=form_data)
+    assert form.is_valid(), form.errors
+    job = job_from_form(form, owner)
+    job.status = JobStatus.COMPLETED  # never Pending: no dispatcher takes it
+    job.save()
+    job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
+    job.save(update_fields=["sshd_port"])
+    workers = [Worker(job=job, index=index, node=node, node_name=node.name, address=node.address,
+                      hostname=worker_hostname(job.dns_name, index)) for index, node in enumerate(nodes)]
+    return plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
+                    preferred_uid=settings.JOB_USER_PREFERRED_UID, client_key=new_key_pair(), host_key=new_key_pair())
 
 
 # The Celery worker's log: the console's logging format, and asyncssh's INFO lines (one per connection,

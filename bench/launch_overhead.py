@@ -82,60 +82,6 @@ def console_run(port: int, token: str, name: str, steps: int) -> dict:
     return {"id": job["id"], "submitted_at": submitted_wall, "accepted": accepted, "first": first, "end": ended}
 
 
-async def prepare_by_hand(plan, worker, code_archive: Path, scratch: Path) -> dict[str, float]:
-    """One worker's container as the runtime makes it, with no more steps than it needs; each step timed."""
-    from jobs.runtime.containers import JOB_UID, run_argv
-    from jobs.runtime.preparation import NODE_SCRIPTS, write_worker_bundle
-    from jobs.runtime.ssh import connect, run_checked
-
-    times: dict[str, float] = {}
-    mark = time.monotonic()
-
-    def took(step: str) -> None:
-        nonlocal mark
-        now = time.monotonic()
-        times[step] = now - mark
-        mark = now
-
-    bundle = scratch / f"bundle-{worker.index}.tar"
-    write_worker_bundle(plan, worker, bundle)
-    connection = await connect(worker.node)
-    took("SSH connect (node)")
-    async with connection:
-        async with connection.start_sftp_client() as sftp:
-            await sftp.makedirs(worker.workdir, exist_ok=True)
-            await sftp.put(str(bundle), f"{worker.workdir}/bundle.tar")
-            await sftp.put(str(code_archive), f"{worker.workdir}/code.tar")
-            await sftp.put(str(NODE_SCRIPTS / "prepare-workdir.sh"), f"{worker.workdir}/prepare-workdir.sh")
-        took("upload (SFTP: mkdir, bundle, code, script)")
-        await run_checked(connection, worker.node.label, "laying out the job's files",
-                          ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
-        took("workdir layout (prepare-workdir.sh)")
-        await run_checked(connection, worker.node.label, "starting the container", run_argv(plan, worker))
-        took("container start (podman run)")
-    deadline = time.monotonic() + 15
-    while True:  # polled every 10 ms: the floor of the wait, not the console's 100 ms
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(worker.address, plan.sshd_port), 2)
-            writer.close()
-            break
-        except (TimeoutError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.01)
-    took("sshd port open")
-    return times
-
-
-async def remove_by_hand(plan, worker) -> None:
-    from jobs.runtime.ssh import connect, run_checked
-
-    async with await connect(worker.node) as connection:
-        await run_checked(connection, worker.node.label, "removing the container",
-                          ["podman", "rm", "--force", "--time", "2", worker.container_name])
-        await run_checked(connection, worker.node.label, "removing the files", ["rm", "-rf", worker.workdir])
-
-
 # What stop-worker.sh counts in a container while it waits for the ranks to go (it stops at 3 or fewer).
 COUNT = "ls -d /proc/[0-9]* | wc -l"
 
@@ -172,31 +118,6 @@ async def probe_and_stop(plan, worker, reads: int) -> dict:
             "loop_counts": re.findall(r"\+ \[ (\d+) -le 3 \]", trace), "sleeps": trace.count("+ sleep 0.1")}
 
 
-def bare_plan(owner, nodes, name: str, steps: int):
-    """The plan the runtime would make for this job on these nodes; the job row is kept out of the queue."""
-    from django.conf import settings
-
-    from jobs.forms import TrainingJobForm
-    from jobs.launch.plan import new_key_pair, plan_job
-    from jobs.launch.platform_env import worker_hostname
-    from jobs.models import JobStatus, LauncherDefaults, Worker
-    from jobs.submission import job_from_form, sshd_port_for
-
-    form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py",
-                                 "spec": "local-cpu-2", "node_count": 2,
-                                 "parameters": [{"name": "steps", "value": str(steps)}]})
-    assert form.is_valid(), form.errors
-    job = job_from_form(form, owner)
-    job.status = JobStatus.COMPLETED  # never Pending: no dispatcher takes it
-    job.save()
-    job.sshd_port = sshd_port_for(job.pk, LauncherDefaults.current())
-    job.save(update_fields=["sshd_port"])
-    workers = [Worker(job=job, index=index, node=node, node_name=node.name, address=node.address,
-                      hostname=worker_hostname(job.dns_name, index)) for index, node in enumerate(nodes)]
-    return plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
-                    preferred_uid=settings.JOB_USER_PREFERRED_UID, client_key=new_key_pair(), host_key=new_key_pair())
-
-
 async def bare_run(owner, nodes, name: str, steps: int, probe: int | None = None) -> dict:
     import asyncssh
 
@@ -204,13 +125,15 @@ async def bare_run(owner, nodes, name: str, steps: int, probe: int | None = None
     from jobs.runtime.ssh import connect
 
     submitted = time.monotonic()
-    plan = await asyncio.to_thread(bare_plan, owner, nodes, name, steps)
+    plan = await asyncio.to_thread(benchkit.bare_plan, owner, nodes, {
+        "name": name, "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py", "spec": "local-cpu-2",
+        "node_count": 2, "parameters": [{"name": "steps", "value": str(steps)}]})
     result: dict = {"plan": time.monotonic() - submitted}
     with tempfile.TemporaryDirectory() as scratch:
         code_archive = Path(scratch) / "code.tar"
         write_code_archive(plan, code_archive)
         result["workers"] = await asyncio.gather(
-            *(prepare_by_hand(plan, worker, code_archive, Path(scratch)) for worker in plan.workers))
+            *(benchkit.prepare_by_hand(plan, worker, code_archive, Path(scratch)) for worker in plan.workers))
     result["prepared"] = time.monotonic() - submitted
     try:
         command = f"cd {shlex.quote(plan.working_dir)} && exec {shlex.join(plan.argv)}"
@@ -233,7 +156,7 @@ async def bare_run(owner, nodes, name: str, steps: int, probe: int | None = None
             result["probe"] = await asyncio.gather(*(probe_and_stop(plan, worker, probe)
                                                      for worker in plan.workers))
         else:
-            await asyncio.gather(*(remove_by_hand(plan, worker) for worker in plan.workers))
+            await asyncio.gather(*(benchkit.remove_by_hand(plan, worker) for worker in plan.workers))
         result["teardown"] = time.monotonic() - removing
     return result
 
@@ -299,10 +222,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--time-limit", type=int, default=540, help="seconds before everything is taken down")
-    args = parser.parse_args()
-    print(f"launch_overhead: {benchkit.load_line()} at the start; test runs: {benchkit.test_runs()}", flush=True)
-    benchkit.time_limit(args.time_limit)
+    args = benchkit.begin("launch_overhead", parser, 540)
 
     with benchkit.Console(VAR, nodes=2, slots=2, web=True) as console:
         from django.contrib.auth import get_user_model

@@ -1,12 +1,23 @@
-"""How fast one job's output flows from mpirun into storage and out to a following client, and what it costs in memory.
+"""How fast one job's output flows from its ranks into storage and out to a live follower, against the same
+program's own rate with its output thrown away, and what the flow costs the console in memory.
 
-Brings up everything it measures (its own database, Redis, Celery worker, web server under uvicorn and a
-local cluster on its own bridge and subnet), runs one 2-node job whose 4 ranks print as fast as they can,
-follows its log live over Server-Sent Events meanwhile, then reads the stored log back (events from the
-start, and the download), prints the numbers, and takes it all down again.
+Brings up its own console (database, Redis, Celery worker, web server under uvicorn and a local cluster
+of 2 nodes x 2 slots on bridge tclogbr, 10.88.0.0/24) and loads the engine image on both nodes (not
+timed). Then:
 
-    .venv/bin/python bench/log_throughput.py [--lines-per-rank 60000] [--idle-followers 20]
+- a 2-node job whose 4 ranks print as fast as they can, each line with the time it was printed, followed
+  live over Server-Sent Events from before it starts; the Celery worker's and the web process's memory
+  (RSS) sampled all along, and while the stored log is replayed (SSE from the start) and downloaded;
+- the floor: the same program, by hand in the same kind of containers (the runtime's own `podman run`
+  argv, started over SSH) on the same nodes, with the plan's own mpirun command and `> /dev/null`;
+- a job printing 4 lines every 0.1 s: the live follower's delay from print to receipt when nothing else runs;
+- the console's part alone: a file of tagged lines sent over SSH and read as the launch reads mpirun's
+  output files (decoded, split, stored), with no program or mpirun competing.
+
+    .venv/bin/python bench/log_throughput.py [--lines-per-rank 500000] [--idle-followers 20]
 """
+
+from __future__ import annotations
 
 import argparse
 import asyncio
@@ -14,25 +25,17 @@ import http.client
 import os
 import re
 import shlex
-import subprocess
-import sys
+import statistics
+import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-BENCH_VAR = BASE_DIR / "var" / "bench-logs"
-sys.path.insert(0, str(BASE_DIR))
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="console.settings",
-    CONSOLE_VAR_DIR=str(BENCH_VAR),
-    NODE_WORK_ROOT="/var/lib/training-console/bench-log-jobs",
-    LOCALCLUSTER_SUBNET="10.81.0.0/24",
-    LOCALCLUSTER_BRIDGE="tclogbr",
-    LOCALCLUSTER_PREFIX="tclog",
-    LOCALCLUSTER_STATE_DIR="/var/lib/training-console/bench-logs-cluster",
-    LOG_LEVEL="WARNING",
-)
+import benchkit
+
+VAR = benchkit.environment("logs", subnet="10.88.0.0/24", bridge="tclogbr", prefix="tclog")
+os.environ["LOG_LEVEL"] = "WARNING"
 
 FLOOD = '''
 import sys, time
@@ -40,26 +43,34 @@ from mpi4py import MPI
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 count = int(sys.argv[1].split("=", 1)[1])
-pad = "x" * 60
+pad = "x" * 48
+now = time.time
 comm.Barrier()
+started = now()
 for number in range(count):
-    print(f"FLOOD {rank} {number:07d} {pad}")
+    print(f"FLOOD {rank} {number:07d} {now():.6f} {pad}")
+sys.stdout.flush()
 comm.Barrier()
+if rank == 0:
+    print(f"FLOOD-ELAPSED {now() - started:.6f}", file=sys.stderr, flush=True)
 '''
 TICKS = '''
-import sys, time
+import time
 from mpi4py import MPI
 rank = MPI.COMM_WORLD.Get_rank()
-for number in range(20):
-    print(f"TICK {rank} {number} {time.time():.6f}")
-    time.sleep(0.25)
+for number in range(50):
+    print(f"TICK {rank} {number} {time.time():.6f}", flush=True)
+    time.sleep(0.1)
 '''
-TICK_TIME = re.compile(rb"TICK \d+ \d+ ([0-9.]+)")
+PRINTED = re.compile(rb'"text": "(?:FLOOD \d+ \d+|TICK \d+ \d+) ([0-9.]+)')
+STORED = re.compile(rb'"at": "([^"]+)"')
+ELAPSED = re.compile(r"FLOOD-ELAPSED ([0-9.]+)")
+SAMPLE_EVERY = 50  # lines whose delays the follower works out: all of them would cost this process more than it reads
 
 
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
+def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
+        if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
 
@@ -69,42 +80,41 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def pump_file_from_node(node, job_id: int, lines: int) -> float:
-    """The console's own part alone: a node prints a file of tagged lines over SSH; it is read, parsed and stored."""
-    from types import SimpleNamespace
-
-    from jobs.logs.sink import LogSink
-    from jobs.runtime.launcher import _pump
-    from jobs.runtime.ssh import connect
-    from jobs.runtime.ssh_output import BoundedOutput
-
-    line = "[1,{rank}]<stdout>:FLOOD {rank} {number:07d} " + "x" * 60
-    script = f"import sys\nw = sys.stdout.write\nfor n in range({lines:d}): w({line!r}.format(rank=n % 4, number=n) + '\\n')"
-    async with await connect(node.ssh_target()) as connection:
-        await connection.run(f"python3 -c {shlex.quote(script)} > /tmp/log-throughput-bench.txt", check=True)
-        started = time.monotonic()
-        _channel, output = await connection.create_session(BoundedOutput, "cat /tmp/log-throughput-bench.txt",
-                                                           encoding="utf-8", errors="replace")
-        async with LogSink(job_id) as sink:
-            await _pump(output, SimpleNamespace(rank_workers=(0, 0, 1, 1)), sink)
-        seconds = time.monotonic() - started
-        await connection.run("rm -f /tmp/log-throughput-bench.txt")
-    return seconds
-
-
 def thread_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
-class EventCounter(threading.Thread):
-    """A lean SSE client: counts line events and notes when the first and last arrived and when the stream ended."""
+class Memory(threading.Thread):
+    """The Celery worker's and the web process's RSS every 0.2 s, each sample under the phase it was taken in."""
 
-    def __init__(self, port: int, path: str, token: str, stop_at_end: bool = True):
+    def __init__(self, pids: dict[str, int]):
+        super().__init__(daemon=True)
+        self.pids, self.phase, self.samples = pids, "idle", []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            self.samples.append((self.phase, {name: rss_kib(pid) for name, pid in self.pids.items()}))
+
+    def peak(self, name: str, phase: str) -> float:
+        return max((sample[name] for at, sample in self.samples if at == phase), default=0) / 1024
+
+    def first(self, name: str, phase: str) -> float:
+        return next((sample[name] for at, sample in self.samples if at == phase), 0) / 1024
+
+
+class EventCounter(threading.Thread):
+    """A lean SSE client: counts line events, notes when the first and last came and when the stream ended,
+    and for one line in SAMPLE_EVERY the delay from its print (the time in its text) and from its `at`."""
+
+    def __init__(self, port: int, path: str, token: str, stop_at_end: bool = True, sample_every: int = SAMPLE_EVERY):
         super().__init__(daemon=True)
         self.port, self.path, self.token, self.stop_at_end = port, path, token, stop_at_end
+        self.sample_every = sample_every
         self.lines = 0
-        self.first = self.last = self.ended = None
-        self.latencies = []  # seconds from a TICK line's print to its arrival here
+        self.first = self.last = self.last_wall = self.ended = None
+        self.flood_first = self.flood_last = None
+        self.from_print, self.from_stored = [], []
         self.connected = threading.Event()
         self.stop = threading.Event()
 
@@ -121,15 +131,21 @@ class EventCounter(threading.Thread):
                 break
             blocks = (tail + data).split(b"\n\n")
             tail = blocks.pop()
-            now = time.monotonic()
+            now, wall = time.monotonic(), time.time()
             for block in blocks:
                 if block.startswith(b"id: ") and b"\nevent: " not in block:
-                    tick = TICK_TIME.search(block)
-                    if tick:
-                        self.latencies.append(time.time() - float(tick.group(1)))
                     self.lines += 1
                     self.first = self.first or now
-                    self.last = now
+                    self.last, self.last_wall = now, wall
+                    if b'"text": "FLOOD ' in block:
+                        self.flood_first = self.flood_first or now
+                        self.flood_last = now
+                    if self.lines % self.sample_every == 0:
+                        printed, stored = PRINTED.search(block), STORED.search(block)
+                        if printed:
+                            self.from_print.append(wall - float(printed.group(1)))
+                        if stored:
+                            self.from_stored.append(wall - datetime.fromisoformat(stored.group(1).decode()).timestamp())
                 elif block.startswith(b"event: end"):
                     self.ended = now
             if self.ended and self.stop_at_end:
@@ -137,106 +153,161 @@ class EventCounter(threading.Thread):
         connection.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lines-per-rank", type=int, default=60000)
-    parser.add_argument("--idle-followers", type=int, default=20)
-    args = parser.parse_args()
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else float("nan")
 
-    from console import services
 
-    redis_port, web_port = services.free_port(), services.free_port()
-    os.environ["REDIS_URL"] = os.environ["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{redis_port}/0"
-    BENCH_VAR.mkdir(parents=True, exist_ok=True)
-    for stale in BENCH_VAR.glob("console.sqlite3*"):
-        stale.unlink()
-
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
-    from jobs.code_dirs import register
+def submit(owner, name: str, code: str, boot: str, parameters: list[dict] | None = None):
     from jobs.forms import TrainingJobForm
-    from jobs.models import FINAL_STATES, ApiToken, LogLine, TrainingJob
     from jobs.submission import submit_job
 
-    quiet = open(os.devnull, "w")
-    redis = services.start_redis(redis_port, BENCH_VAR / "redis.log")
-    worker = web = None
+    form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": code, "boot_file": boot,
+                                 "spec": "local-cpu-2", "node_count": 2, "parameters": parameters or []})
+    assert form.is_valid(), form.errors
+    return submit_job(form, owner)
+
+
+async def raw_run(owner, nodes, lines_per_rank: int) -> dict:
+    """The floor: the flood by hand in the runtime's containers, mpirun's output to /dev/null (stderr kept)."""
+    from jobs.runtime.preparation import write_code_archive
+    from jobs.runtime.ssh import connect
+
+    plan = await asyncio.to_thread(benchkit.bare_plan, owner, nodes, {
+        "name": "raw-flood", "engine": "MPI", "code_dir": "flood", "boot_file": "flood.py", "spec": "local-cpu-2",
+        "node_count": 2, "parameters": [{"name": "count", "value": str(lines_per_rank)}]})
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / "code.tar"
+        write_code_archive(plan, archive)
+        await asyncio.gather(*(benchkit.prepare_by_hand(plan, worker, archive, Path(scratch))
+                               for worker in plan.workers))
     try:
-        call_command("migrate", verbosity=0)
-        call_command("seedconsole", password="bench", stdout=quiet)
-        call_command("localcluster", "up", nodes=2, slots=2, stdout=quiet)
-        code = BENCH_VAR / "code" / "flood"
-        code.mkdir(parents=True, exist_ok=True)
-        (code / "flood.py").write_text(FLOOD)
-        register("flood", code, sharing="everyone")
-        ticks_code = BENCH_VAR / "code" / "ticks"
-        ticks_code.mkdir(parents=True, exist_ok=True)
-        (ticks_code / "ticks.py").write_text(TICKS)
-        register("ticks", ticks_code, sharing="everyone")
+        command = f"cd {shlex.quote(plan.working_dir)} && {shlex.join(plan.argv)} > /dev/null"
+        async with await connect(plan.container_target(plan.workers[0])) as connection:
+            started = time.monotonic()
+            result = await connection.run(command, check=False)
+            wall = time.monotonic() - started
+        elapsed = ELAPSED.search(str(result.stderr))
+        assert result.exit_status == 0 and elapsed, (result.exit_status, str(result.stderr)[-500:])
+        return {"elapsed": float(elapsed.group(1)), "wall": wall}
+    finally:
+        await asyncio.gather(*(benchkit.remove_by_hand(plan, worker) for worker in plan.workers))
+
+
+async def console_part_alone(node, job_id: int, lines: int) -> float:
+    """A node sends a file of tagged lines over SSH; it is read as the launch reads mpirun's files, and stored."""
+    from types import SimpleNamespace
+
+    from jobs.logs.sink import LogSink
+    from jobs.runtime.launcher import Follow
+    from jobs.runtime.ssh import connect
+    from jobs.runtime.ssh_output import BoundedOutput
+
+    line = "[1,{rank}]<stdout>:FLOOD {rank} {number:07d} 1764590000.000000 " + "x" * 48
+    script = f"import sys\nw = sys.stdout.write\nfor n in range({lines:d}): w({line!r}.format(rank=n % 4, number=n) + '\\n')"
+    async with await connect(node.ssh_target()) as connection:
+        await connection.run(f"python3 -c {shlex.quote(script)} > log-throughput-bench.txt", check=True)
+        started = time.monotonic()
+        _channel, output = await connection.create_session(BoundedOutput, "cat log-throughput-bench.txt",
+                                                           encoding=None)
+        async with LogSink(job_id) as sink:
+            follow = Follow(SimpleNamespace(rank_workers=(0, 0, 1, 1), job_id=job_id), sink, None, asyncio.Event())
+            await follow.pump(output)
+            await follow.finish()
+        seconds = time.monotonic() - started
+        await connection.run("rm -f log-throughput-bench.txt")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines-per-rank", type=int, default=500_000)
+    parser.add_argument("--idle-followers", type=int, default=20)
+    args = benchkit.begin("log_throughput", parser, 590)
+
+    with benchkit.Console(VAR, nodes=2, slots=2, web=True) as console:
+        from django.contrib.auth import get_user_model
+        from django.db.models import Sum
+        from django.db.models.functions import Length
+
+        from console import services
+        from jobs.code_dirs import register
+        from jobs.images.recipes import MPI
+        from jobs.models import FINAL_STATES, ApiToken, LogLine, Node, TrainingJob
+        from jobs.runtime.node_images import console_archive
+
+        for name, boot, text in (("flood", "flood.py", FLOOD), ("ticks", "ticks.py", TICKS)):
+            code = VAR / "code" / name
+            code.mkdir(parents=True, exist_ok=True)
+            (code / boot).write_text(text)
+            register(name, code, sharing="everyone")
         owner = get_user_model().objects.get(username="admin")
         token = ApiToken.issue(owner, "bench")[1]
-
-        worker = services.start_celery_worker({}, BENCH_VAR / "celery-worker.log")
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",
-                                "--port", str(web_port), "--log-level", "warning"], cwd=BASE_DIR,
-                               stdout=open(BENCH_VAR / "uvicorn.log", "ab"), stderr=subprocess.STDOUT)
-        services.wait_for_port("127.0.0.1", web_port, 30, web)
+        nodes = list(Node.objects.order_by("name"))
+        archive = console_archive(MPI.reference)
+        assert archive is not None, f"no archive of {MPI.reference}: run manage.py buildimages"
+        asyncio.run(benchkit.load_image_on_nodes(nodes, MPI.reference, archive))
+        port, worker, web = console.web_port, console.worker, console.web
         time.sleep(3)  # the worker settles (imports, broker connection) before its memory is read
+        memory = Memory({"worker": worker.pid, "web": web.pid})
+        memory.start()
+        time.sleep(0.5)
+        expected = 4 * args.lines_per_rank
 
-        form = TrainingJobForm(data={"name": "flood", "engine": "MPI", "code_dir": "flood", "boot_file": "flood.py",
-                                     "spec": "local-cpu-2", "node_count": 2,
-                                     "parameters": [{"name": "count", "value": str(args.lines_per_rank)}]})
-        assert form.is_valid(), form.errors
-        worker_rss_before, web_rss_before = rss_kib(worker.pid), rss_kib(web.pid)
-        worker_cpu_before, web_cpu_before = cpu_seconds(worker.pid), cpu_seconds(web.pid)
-        job = submit_job(form, owner)
-        live = EventCounter(web_port, f"/api/v1/training-jobs/{job.pk}/log/events", token)
+        raw_before = asyncio.run(raw_run(owner, nodes, args.lines_per_rank))
+        worker_cpu, web_cpu = cpu_seconds(worker.pid), cpu_seconds(web.pid)
+        memory.phase = "flood"
+        job = submit(owner, "flood", "flood", "flood.py", [{"name": "count", "value": str(args.lines_per_rank)}])
+        submitted = time.monotonic()
+        live = EventCounter(port, f"/api/v1/training-jobs/{job.pk}/log/events", token)
         live.start()
         live.connected.wait(10)
-
-        samples = []  # (time, stored lines, worker RSS)
-        while True:
-            status, count = TrainingJob.objects.values_list("status", "log_line_count").get(pk=job.pk)
-            samples.append((time.monotonic(), count, rss_kib(worker.pid)))
-            if status in FINAL_STATES:
-                break
-            time.sleep(0.05)
-        worker_peak = max(rss for _t, _c, rss in samples)
-        worker_cpu, web_cpu = cpu_seconds(worker.pid) - worker_cpu_before, cpu_seconds(web.pid) - web_cpu_before
+        while TrainingJob.objects.values_list("status", flat=True).get(pk=job.pk) not in FINAL_STATES:
+            time.sleep(0.2)
+        job_seconds = time.monotonic() - submitted
+        worker_cpu, web_cpu = cpu_seconds(worker.pid) - worker_cpu, cpu_seconds(web.pid) - web_cpu
+        live.join(300)
+        memory.phase = "after"
         job.refresh_from_db()
-        live.join(120)
-        flood_lines = LogLine.objects.filter(job=job, text__startswith="FLOOD ").count()
-        expected = 4 * args.lines_per_rank
-        first_flood = LogLine.objects.filter(job=job, text__startswith="FLOOD ").order_by("seq").first().seq
-        last_flood = LogLine.objects.filter(job=job, text__startswith="FLOOD ").order_by("-seq").first().seq
-        started = next(t for t, count, _rss in samples if count >= first_flood)
-        stored_all = next(t for t, count, _rss in samples if count >= last_flood)
-        store_seconds = max(stored_all - started, 1e-9)
-        text_bytes = sum(len(text) + 1 for text in LogLine.objects.filter(job=job).values_list("text", flat=True).iterator())
+        floods = LogLine.objects.filter(job=job, text__startswith="FLOOD ")
+        flood_lines = floods.count()
+        first_stored, last_stored = floods.order_by("seq").first().at, floods.order_by("-seq").first().at
+        store_seconds = max((last_stored - first_stored).total_seconds(), 1e-9)
+        elapsed_line = LogLine.objects.filter(job=job, text__startswith="FLOOD-ELAPSED").first()
+        ranks_seconds = float(ELAPSED.search(elapsed_line.text).group(1)) if elapsed_line else float("nan")
+        text_bytes = floods.aggregate(size=Sum(Length("text")))["size"] + flood_lines  # ASCII: characters are bytes
+        time.sleep(1)
 
-        replay = EventCounter(web_port, f"/api/v1/training-jobs/{job.pk}/log/events", token)
+        memory.phase = "replay"
+        replay = EventCounter(port, f"/api/v1/training-jobs/{job.pk}/log/events", token, sample_every=10 ** 9)
         replay_start = time.monotonic()
         replay.start()
         replay.join(300)
         replay_seconds = replay.ended - replay_start
 
+        memory.phase = "download"
         download_start = time.monotonic()
-        connection = http.client.HTTPConnection("127.0.0.1", web_port, timeout=300)
-        connection.request("GET", f"/api/v1/training-jobs/{job.pk}/log/download", headers={"Authorization": f"Token {token}"})
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        connection.request("GET", f"/api/v1/training-jobs/{job.pk}/log/download",
+                           headers={"Authorization": f"Token {token}"})
         response = connection.getresponse()
         downloaded = downloaded_lines = 0
         while chunk := response.read1(1 << 16):
             downloaded += len(chunk)
             downloaded_lines += chunk.count(b"\n")
         download_seconds = time.monotonic() - download_start
-        web_rss_after = rss_kib(web.pid)
+        memory.phase = "settled"
+        time.sleep(2)
+
+        memory.phase = "ticks"
+        ticks_job = submit(owner, "ticks", "ticks", "ticks.py")
+        ticking = EventCounter(port, f"/api/v1/training-jobs/{ticks_job.pk}/log/events", token, sample_every=1)
+        ticking.start()
+        ticking.join(180)
+        memory.done.set()
 
         threads_before = thread_count(web.pid)
-        idle = [EventCounter(web_port, f"/api/v1/training-jobs/{job.pk}/log/events?after={job.log_line_count}",
+        idle = [EventCounter(port, f"/api/v1/training-jobs/{job.pk}/log/events?after={job.log_line_count}",
                              token, stop_at_end=False) for _ in range(args.idle_followers)]
         running = TrainingJob.objects.filter(pk=job.pk)
         running.update(status="Running")  # so the idle followers wait for news instead of ending
@@ -249,68 +320,66 @@ def main() -> None:
             follower.stop.set()
         running.update(status=job.status)
 
-        from jobs.models import Node
+        raw_after = asyncio.run(raw_run(owner, nodes, args.lines_per_rank))
 
-        worker_rss_after = rss_kib(worker.pid)
-        ticks_form = TrainingJobForm(data={"name": "ticks", "engine": "MPI", "code_dir": "ticks",
-                                           "boot_file": "ticks.py", "spec": "local-cpu-2", "node_count": 2})
-        assert ticks_form.is_valid(), ticks_form.errors
-        ticks_job = submit_job(ticks_form, owner)
-        ticking = EventCounter(web_port, f"/api/v1/training-jobs/{ticks_job.pk}/log/events", token)
-        ticking.start()
-        ticking.join(180)
-        latencies = sorted(ticking.latencies)
-
-        services.stop(worker)  # the console-side measurement runs here; nothing else should compete
-        worker = None
+        alone_lines = min(expected, 500_000)
+        services.stop(worker)  # the console's part alone runs in this process: nothing else should compete
+        console.worker = None
         bare = TrainingJob.objects.create(
-            name="bare", owner=owner, engine_version=job.engine_version, code_dir=job.code_dir, boot_file="flood.py",
+            name="alone", owner=owner, engine_version=job.engine_version, code_dir=job.code_dir, boot_file="flood.py",
             spec=job.spec, node_count=1, bind_args="", x_args="", mca_args="", tune_prefixes="MA_", status="Running")
-        bare_rss = [rss_kib(os.getpid())]
-        sampling = threading.Event()
+        alone_seconds = asyncio.run(console_part_alone(nodes[0], bare.pk, alone_lines))
+        alone_stored = LogLine.objects.filter(job=bare).count()
 
-        def sample_own_rss():
-            while not sampling.wait(0.1):
-                bare_rss.append(rss_kib(os.getpid()))
+        # The floor is the better of the two by-hand runs, one before the console's job and one after it.
+        raw = min(raw_before, raw_after, key=lambda run: run["elapsed"])
+        raw_rate = expected / raw["elapsed"]
+        stored_rate = expected / store_seconds
+        follower_rate = flood_lines / max(live.flood_last - live.flood_first, 1e-9)
+        print(f"\nflood job: 2 nodes x 2 ranks, {expected:,} lines printed ({text_bytes / 1e6:.0f} MB of text), "
+              f"{flood_lines:,} stored ({'all' if flood_lines == expected else 'NOT all'}), ended {job.status}, "
+              f"{job_seconds:.0f} s from submission; {benchkit.load_line()} at the end")
+        rows = [
+            ["ranks -> mpirun (floor: by hand, same containers, `mpirun ... > /dev/null`)", f"{raw_rate:,.0f}", "1.00",
+             f"{expected:,} lines in {raw['elapsed']:.1f} s between the program's barriers (mpirun {raw['wall']:.1f} s); "
+             f"before the job {expected / raw_before['elapsed']:,.0f}, after it {expected / raw_after['elapsed']:,.0f}"],
+            ["ranks -> mpirun's files, in the console's job (the program's own clock)",
+             f"{expected / ranks_seconds:,.0f}", f"{expected / ranks_seconds / raw_rate:.2f}",
+             f"in {ranks_seconds:.1f} s"],
+            ["-> stored (first to last program line's `at`)", f"{stored_rate:,.0f}", f"{stored_rate / raw_rate:.2f}",
+             f"{text_bytes / store_seconds / 1e6:.1f} MB/s over {store_seconds:.1f} s"],
+            ["-> live SSE follower (connected before the start; first to last program line)", f"{follower_rate:,.0f}",
+             f"{follower_rate / raw_rate:.2f}", f"{live.lines:,} lines received, the last (the job's end) "
+             f"{live.last_wall - last_stored.timestamp():.2f} s after the last program line's `at`"],
+            ["console's part alone: SSH -> read as the launch reads -> stored", f"{alone_stored / alone_seconds:,.0f}",
+             f"{alone_stored / alone_seconds / raw_rate:.2f}", f"{alone_stored:,} lines in {alone_seconds:.1f} s, "
+             "no program or mpirun competing"],
+            ["stored -> replay from the start (SSE)", f"{replay.lines / replay_seconds:,.0f}",
+             f"{replay.lines / replay_seconds / raw_rate:.2f}", f"{replay.lines:,} lines in {replay_seconds:.1f} s"],
+            ["stored -> download", f"{downloaded_lines / download_seconds:,.0f}",
+             f"{downloaded_lines / download_seconds / raw_rate:.2f}",
+             f"{downloaded / download_seconds / 1e6:.1f} MB/s, {downloaded_lines:,} lines"],
+        ]
+        print(benchkit.table(["flow", "lines/s", "of the floor", "how"], rows))
 
-        sampler = threading.Thread(target=sample_own_rss, daemon=True)
-        sampler.start()
-        bare_seconds = asyncio.run(pump_file_from_node(Node.objects.order_by("name").first(), bare.pk, expected))
-        sampling.set()
-        sampler.join()
-        bare_stored = LogLine.objects.filter(job=bare).count()
+        def delays(values: list[float]) -> str:
+            return (f"p50 {statistics.median(values):.2f} s, p99 {percentile(values, 0.99):.2f} s, "
+                    f"max {max(values):.2f} s ({len(values)} lines)") if values else "-"
 
-        mib = 1024.0
-        print(f"job: 2 nodes x 2 ranks, {expected} lines printed ({text_bytes / 1e6:.1f} MB stored text), "
-              f"{job.log_line_count} lines stored in all, ended {job.status}")
-        print(f"  complete: {flood_lines == expected} ({flood_lines} of {expected} program lines stored)")
-        print(f"mpirun -> storage: {expected / store_seconds:,.0f} lines/s ({text_bytes / store_seconds / 1e6:.1f} MB/s) "
-              f"over {store_seconds:.1f} s from the first program line stored to the last")
-        print(f"  the console's part alone (SSH channel -> lines -> stored, no program or mpirun competing): "
-              f"{bare_stored / bare_seconds:,.0f} lines/s ({bare_stored} lines in {bare_seconds:.1f} s); "
-              f"RSS {bare_rss[0] / 1024:.0f} MiB before, {max(bare_rss) / 1024:.0f} MiB peak")
-        print(f"storage -> live follower (SSE, connected before the job started): {live.lines} lines received, "
-              f"{live.lines / max(live.last - live.first, 1e-9):,.0f} lines/s; last line reached it "
-              f"{max(live.last - stored_all, 0):.2f} s after it was stored")
-        print(f"print -> live follower latency, a job printing 4 lines every 0.25 s: median "
-              f"{latencies[len(latencies) // 2]:.2f} s, max {latencies[-1]:.2f} s over {len(latencies)} lines")
-        print(f"stored -> client, replay from the start (SSE): {replay.lines / replay_seconds:,.0f} lines/s "
-              f"({replay.lines} lines in {replay_seconds:.1f} s)")
-        print(f"stored -> client, download: {downloaded / download_seconds / 1e6:.1f} MB/s, "
-              f"{downloaded_lines / download_seconds:,.0f} lines/s ({downloaded_lines} lines)")
-        print(f"CPU while the job ran: Celery worker {worker_cpu:.1f} s, web process {web_cpu:.1f} s "
-              f"(the job took {samples[-1][0] - samples[0][0]:.1f} s from submission; this machine has {os.cpu_count()} cores)")
-        print(f"Celery worker RSS: {worker_rss_before / mib:.0f} MiB before, {worker_peak / mib:.0f} MiB peak while "
-              f"storing, {worker_rss_after / mib:.0f} MiB after")
-        print(f"web process RSS: {web_rss_before / mib:.0f} MiB before, {web_rss_after / mib:.0f} MiB after "
-              "following, replaying and downloading the whole log")
+        print("live follower's delay (its clock on receipt minus the line's time):")
+        print(benchkit.table(["while", "from the rank's print", "from `at` (the console read it, then stored it)"], [
+            [f"the flood (one line in {SAMPLE_EVERY})", delays(live.from_print), delays(live.from_stored)],
+            ["4 lines every 0.1 s", delays(ticking.from_print), delays(ticking.from_stored)]]))
+        print(benchkit.table(["process", "before", "peak while the flood streamed", "after", "peak in the replay",
+                              "peak in the download", "settled"], [
+            [name, f"{memory.first(key, 'idle'):.0f}", f"{memory.peak(key, 'flood'):.0f}",
+             f"{memory.first(key, 'after'):.0f}", f"{memory.peak(key, 'replay'):.0f}",
+             f"{memory.peak(key, 'download'):.0f}", f"{memory.first(key, 'settled'):.0f}"]
+            for name, key in (("Celery worker RSS MiB", "worker"), ("web process (uvicorn) RSS MiB", "web"))]))
+        print(f"CPU while the flood job ran: Celery worker {worker_cpu:.1f} s, web process {web_cpu:.1f} s over "
+              f"{job_seconds:.0f} s ({os.cpu_count()} cores shared with the ranks, mpirun and sshd)")
         print(f"web process threads: {threads_before} with no follower, {threads_with_followers} with "
-              f"{args.idle_followers} idle followers (Django's middleware keeps one idle thread per open request)")
-    finally:
-        services.stop(web)
-        services.stop(worker)
-        call_command("localcluster", "down", stdout=open(os.devnull, "w"))
-        services.stop(redis)
+              f"{args.idle_followers} idle followers")
 
 
 if __name__ == "__main__":
