@@ -483,7 +483,7 @@ def confirm_force_release(model_admin, request, queryset, action: str, release, 
             refused.append(f"{item}: {error}")
     if released:
         model_admin.message_user(request, _("Force released: %(items)s") % {"items": ", ".join(released)})
-        tasks.check_nodes_soon()
+        transaction.on_commit(tasks.check_nodes_soon)
     if refused:
         model_admin.message_user(request, _("Not released: %(items)s") % {"items": "; ".join(refused)}, messages.WARNING)
     return None

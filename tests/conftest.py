@@ -70,6 +70,10 @@ def redis_server(tmp_path_factory):
     server.start()
     settings.REDIS_URL = settings.CELERY_BROKER_URL = server.url
     celery_app.conf.broker_url = server.url
+    # A connection pool made earlier in the session (a unit test that queued a task) still points at the
+    # old broker; dropped, the next task or ping makes one to this Redis (as Celery does after a fork).
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
     progress._client.cache_clear()
     yield server
     server.stop()
