@@ -426,6 +426,8 @@ class TrainingJob(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # The lists' order, so a page is read off the index rather than sorted (100,000 jobs: see bench/).
+        indexes = [models.Index(fields=["-created_at", "-id"], name="job_list_order")]
         constraints = [
             models.UniqueConstraint(fields=["owner", "idempotency_key"], condition=~models.Q(idempotency_key=""),
                                     name="unique_submission_key"),

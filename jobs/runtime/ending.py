@@ -39,6 +39,8 @@ def record_teardown(job_id: int, results: Sequence[TeardownResult], rank_workers
 def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
            unclean: Sequence[tuple[int, str]]) -> None:
     """Release the nodes (a node that could not be cleaned is kept out of service) and record the end."""
+    # One transaction: the nodes are free exactly when the job's end is recorded, never while it still
+    # reads Running (another job could take them), and a job is never left Running without its nodes.
     with transaction.atomic():
         for worker_index, problem in unclean:
             # Only a node the job still holds: one force-released meanwhile may be another job's by now.
@@ -46,9 +48,9 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
                 state=Node.State.NOT_READY, state_message=f"after job {job_id}: {problem}"
             )
         release_nodes(job_id)
-    if not end_as(job_id, outcome, exit_code, message):
-        # A stop came between reading the state and moving it: the job ends as a stopped one.
-        end_as(job_id, outcome, exit_code, message)
+        if not end_as(job_id, outcome, exit_code, message):
+            # A stop came between reading the state and moving it: the job ends as a stopped one.
+            end_as(job_id, outcome, exit_code, message)
 
 
 def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bool:
