@@ -97,6 +97,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "django_filters",
+    # The schema at /api/v1/schema and its Swagger UI at /api/v1/docs, served from the sidecar package (no CDN).
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "axes",
     "jobs",
 ]
@@ -251,8 +255,6 @@ REST_FRAMEWORK = {
     # The OpenAPI schema (drf-spectacular), with the error answers every route shares.
     "DEFAULT_SCHEMA_CLASS": "jobs.api.schema.ConsoleAutoSchema",
 }
-# The schema at /api/v1/schema and its Swagger UI at /api/v1/docs, served from the sidecar package (no CDN).
-INSTALLED_APPS += ["django_filters", "drf_spectacular", "drf_spectacular_sidecar"]
 SPECTACULAR_SETTINGS = {
     "TITLE": "Training console API",
     "DESCRIPTION": (

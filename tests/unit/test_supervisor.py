@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from console.supervisor import MAX_BACKOFF_SECONDS, Supervisor, end_with_parent
+from console.supervisor import MAX_BACKOFF_SECONDS, Supervisor
 
 
 def crashing() -> subprocess.Popen:
@@ -67,4 +67,3 @@ def test_a_child_ends_when_its_supervisor_is_killed():
     while os.path.exists(f"/proc/{child_pid}") and "Z" not in open(f"/proc/{child_pid}/stat").read().split()[2]:
         assert time.monotonic() < deadline, "the child outlived its supervisor"
         time.sleep(0.05)
-    assert end_with_parent is not None
