@@ -18,7 +18,8 @@
     const container = panel.querySelector("[data-resource-charts]");
     const label = (name) => panel.dataset["label" + name] || name;
     const plots = new Map();  // chart key -> {figure, plot, uplot, series}
-    let final = false, loading = false;
+    const workers = new Map();  // worker index -> {worker, node, samples}, grown by each answer
+    let final = false, loading = false, after = 0, lastRead = 0, intervalMs = 0;
 
     function figureFor(chart) {
       if (plots.has(chart.key)) return plots.get(chart.key);
@@ -82,11 +83,19 @@
       if (loading) return;
       loading = true;
       try {
-        const answer = await Console.fetchJSON(panel.dataset.resourcesUrl);
+        // Only what was sampled since the last answer; the first read has the whole run, downsampled.
+        const answer = await Console.fetchJSON(panel.dataset.resourcesUrl + "?after=" + after);
         if (!answer.ok || !answer.body) return;
         final = answer.body.final;
-        const workers = answer.body.workers;
-        const times = workers.flatMap((worker) => worker.samples.map((sample) => Date.parse(sample.at)));
+        after = answer.body.next;
+        lastRead = Date.now();
+        intervalMs = answer.body.interval_seconds * 1000;
+        answer.body.workers.forEach((worker) => {
+          if (!workers.has(worker.worker)) workers.set(worker.worker, { worker: worker.worker, node: worker.node, samples: [] });
+          workers.get(worker.worker).samples.push(...worker.samples);
+        });
+        const all = [...workers.values()].sort((a, b) => a.worker - b.worker);
+        const times = all.flatMap((worker) => worker.samples.map((sample) => Date.parse(sample.at)));
         if (!times.length) {
           if (!container.children.length) container.textContent = label("None");
           return;
@@ -94,7 +103,7 @@
         if (container.firstChild && container.firstChild.nodeType === Node.TEXT_NODE) container.textContent = "";
         // A loop, not Math.min(...times): a long job's samples are too many for the call stack.
         const start = times.reduce((a, b) => Math.min(a, b));
-        CHARTS.forEach((chart) => draw(chart, workers, start));
+        CHARTS.forEach((chart) => draw(chart, all, start));
       } catch (error) {
         // The next poll of the page tries again.
       } finally {
@@ -102,7 +111,8 @@
       }
     }
 
-    document.addEventListener("job:tick", () => { if (!final) load(); });
+    // A sample comes every interval_seconds: the page's faster tick asks only when one may be new.
+    document.addEventListener("job:tick", () => { if (!final && Date.now() - lastRead >= intervalMs) load(); });
     document.addEventListener("tab:shown", (event) => {
       if (event.detail.name !== "metrics") return;
       plots.forEach((entry) => { if (entry.uplot) entry.uplot.setSize({ width: Math.max(entry.figure.clientWidth - 18, 280), height: HEIGHT }); });

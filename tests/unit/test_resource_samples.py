@@ -66,3 +66,29 @@ def test_the_owner_reads_each_workers_samples_and_a_stranger_is_told_the_job_doe
     assert [(worker["worker"], [sample["cpu_percent"] for sample in worker["samples"]])
             for worker in answer.json()["workers"]] == [(0, [50.0]), (1, [50.0])]
     assert api_client(stranger).get(f"/api/v1/training-jobs/{job.pk}/resources").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_page_that_polls_gets_only_the_samples_taken_since_its_last_answer(make_job, owner):
+    from django.utils import timezone
+
+    from tests.fixtures import api_client
+
+    job = make_job(owner=owner)
+    client = api_client(owner)
+
+    def sample(cpu):
+        return ResourceSample.objects.create(job=job, worker_index=0, at=timezone.now(), cpu_percent=cpu,
+                                             memory_bytes=1024)
+
+    sample(10.0)
+    first = client.get(f"/api/v1/training-jobs/{job.pk}/resources").json()
+    sample(20.0)
+    later = client.get(f"/api/v1/training-jobs/{job.pk}/resources", {"after": first["next"]}).json()
+    nothing_new = client.get(f"/api/v1/training-jobs/{job.pk}/resources", {"after": later["next"]}).json()
+
+    assert [item["cpu_percent"] for item in first["workers"][0]["samples"]] == [10.0]
+    assert [item["cpu_percent"] for item in later["workers"][0]["samples"]] == [20.0]
+    assert nothing_new["workers"] == [] and nothing_new["next"] == later["next"]
+    bad = client.get(f"/api/v1/training-jobs/{job.pk}/resources", {"after": "-1"})
+    assert bad.status_code == 400 and bad.json() == {"after": ["A whole number, the `next` of an earlier answer."]}
