@@ -64,14 +64,11 @@ def orphaned_jobs() -> list[TrainingJob]:
     # A stop that came before any run began: nothing was started anywhere, nothing needs waiting for.
     stopped_unstarted = Q(heartbeat_at__isnull=True, status=JobStatus.TERMINATING, sealed_ssh_key="") & Exists(
         stop_asked_a_while_ago)
-    found = list(live_runs().filter(stale | never_started | stopped_unstarted)
-                 .select_related("spec", "engine_version", "code_dir"))
-    seen = {job.pk for job in found}
     # A run whose process (on this host) is gone need not wait for its heartbeat to go stale.
-    for job in live_runs().exclude(pk__in=seen).exclude(run_owner="").only("pk", "run_owner"):
-        if owner_is_gone(job.run_owner):
-            found.append(TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job.pk))
-    return found
+    owner_gone = [pk for pk, owner in live_runs().exclude(run_owner="").values_list("pk", "run_owner")
+                  if owner_is_gone(owner)]
+    return list(live_runs().filter(stale | never_started | stopped_unstarted | Q(pk__in=owner_gone))
+                .select_related("spec", "engine_version", "code_dir"))
 
 
 def reap_orphaned_jobs() -> ReaperResult:
