@@ -37,6 +37,7 @@ from .models import (
     ResourceSpec,
     TrainingJob,
 )
+from .paging import IdsFirst
 from .submission import stop_visible_job, submit_job
 
 JOBS_PER_PAGE = 20
@@ -70,7 +71,7 @@ def job_list(request):
         jobs = jobs.filter(owner=request.user)
     if within in CREATED_WITHIN:
         jobs = jobs.filter(created_at__gte=timezone.now() - CREATED_WITHIN[within])
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(IdsFirst(jobs), JOBS_PER_PAGE).get_page(request.GET.get("page"))
     filters = request.GET.copy()
     filters.pop("page", None)
     context = {

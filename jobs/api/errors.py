@@ -17,6 +17,7 @@ import re
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db.models import QuerySet
 from rest_framework import status
 from rest_framework.exceptions import APIException, AuthenticationFailed, ParseError, Throttled, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
@@ -24,6 +25,7 @@ from rest_framework.parsers import JSONParser
 
 from console.security import client_address, presents_token, token_failures, token_refusal_detail
 from jobs.api.auth import HashedTokenAuthentication
+from jobs.paging import IdsFirst
 
 # No field of the API nests deeper than a few levels (parameters: a list of objects of scalars).
 MAX_JSON_DEPTH = 32
@@ -111,6 +113,11 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         properties["previous"]["description"] = "The previous page's URL; null on the first page."
         properties["results"] = {**schema, "description": "This page's items."}
         return described
+
+    def paginate_queryset(self, queryset, request, view=None):
+        if isinstance(queryset, QuerySet):
+            queryset = IdsFirst(queryset)
+        return super().paginate_queryset(queryset, request, view)
 
     def get_offset(self, request):
         offset = super().get_offset(request)

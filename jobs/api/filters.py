@@ -7,8 +7,10 @@ from jobs.models import JobStatus, TrainingJob
 
 
 class JobFilter(django_filters.FilterSet):
+    # Not DISTINCT (the filter's default, for a many-valued relation): it made the database sort every
+    # matching row with its joins, 50 ms with 100,000 jobs.
     status = django_filters.MultipleChoiceFilter(
-        choices=JobStatus.choices, help_text="Only jobs in this state; repeat it for several states.")
+        choices=JobStatus.choices, distinct=False, help_text="Only jobs in this state; repeat it for several states.")
     owner = django_filters.CharFilter(field_name="owner__username", help_text="Only this user's jobs (a username).")
     spec = django_filters.CharFilter(field_name="spec__name", help_text="Only jobs of this spec (its name).")
     pool = django_filters.CharFilter(field_name="pool__name", help_text="Only jobs of this resource pool (its name).")
