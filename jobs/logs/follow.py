@@ -26,7 +26,7 @@ from jobs.access import visible_jobs
 from jobs.forms import form_errors
 from jobs.logs.forms import LogQueryForm, event_cursor
 from jobs.logs.progress import JobNews
-from jobs.logs.store import read_after, rendered_chunk
+from jobs.logs.store import StoredLogLine, read_after, rendered_chunk
 from jobs.models import FINAL_STATES, ApiToken, LogLine, TrainingJob
 
 EVENT_BATCH_LINES = 1000
@@ -36,7 +36,7 @@ KEEPALIVE_SECONDS = 15.0
 RECONNECT_MILLISECONDS = 1000
 
 
-def line_payload(line: LogLine) -> dict:
+def line_payload(line: LogLine | StoredLogLine) -> dict:
     return {"seq": line.seq, "worker": line.worker_index, "rank": line.rank, "stream": line.stream,
             "text": line.text, "at": line.at.isoformat()}
 

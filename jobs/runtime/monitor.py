@@ -138,17 +138,17 @@ class RunMonitor:
         while max_batches is None or batches < max_batches:
             batches += 1
             lines = line_values_after(self.job_id, self.cursor, READ_BATCH)
-            for seq, rank, stream, text, at in lines:
-                self.cursor = seq
-                if rank is None or stream == LogStream.SYSTEM:
+            for line in lines:
+                self.cursor = line.seq
+                if line.rank is None or line.stream == LogStream.SYSTEM:
                     continue
-                if at > self.last_heard.get(rank, at - timedelta(seconds=1)):
-                    self.last_heard[rank] = at
-                self.last_text[rank] = text[:300]
+                if line.at > self.last_heard.get(line.rank, line.at - timedelta(seconds=1)):
+                    self.last_heard[line.rank] = line.at
+                self.last_text[line.rank] = line.text[:300]
                 points.extend(
-                    MetricPoint(job_id=self.job_id, name=point.name, rank=rank, step=point.step,
-                                value=point.value, at=at, seq=seq)
-                    for point in self.extractor.extract(text)
+                    MetricPoint(job_id=self.job_id, name=point.name, rank=line.rank, step=point.step,
+                                value=point.value, at=line.at, seq=line.seq)
+                    for point in self.extractor.extract(line.text)
                 )
             if len(lines) < READ_BATCH:
                 break
