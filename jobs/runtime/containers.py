@@ -22,11 +22,14 @@ CONTAINER_HOME = "/home/ma-user"
 JOB_UID = 1000
 LABEL = "training-console.job"
 SSHD_CONFIG = f"{CONTAINER_HOME}/.sshd/sshd_config"
+# What `podman run --pull=never` says of an image the node does not hold.
+IMAGE_UNKNOWN = "image not known"
 
 
 def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     limits = plan.limits
-    argv = ["podman", "run", "--detach", "--name", worker.container_name,
+    # Never pulled here: a node without the image is told so at once, and the preparation brings it.
+    argv = ["podman", "run", "--detach", "--pull=never", "--name", worker.container_name,
             "--label", f"{LABEL}={plan.job_id}", "--label", f"training-console.worker={worker.index}",
             "--network", "host", "--hostname", worker.hostname]
     for other in plan.workers:

@@ -1,6 +1,7 @@
 """Engine images on nodes: a node that lacks a job's image gets it from the console over SFTP (real GPU
 sites are often air-gapped), or pulls it when the console holds no archive of it (a registry image)."""
 
+import secrets
 import shlex
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,7 +41,8 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
         return
     size_mib = archive.stat().st_size / 2**20
     await say(f"{label} has no {reference}: copying it from the console ({size_mib:.0f} MiB)")
-    remote = f"{NODE_IMAGE_CACHE}/{archive.name}.{id(connection)}"
+    # A name of this copy's own: several console processes may copy the same image to one node at once.
+    remote = f"{NODE_IMAGE_CACHE}/{archive.name}.{secrets.token_hex(8)}"
     await run_checked(connection, label, "making the image cache", ["mkdir", "-p", NODE_IMAGE_CACHE])
     try:
         async with connection.start_sftp_client() as sftp:

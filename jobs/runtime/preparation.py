@@ -18,7 +18,7 @@ from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
-from jobs.runtime.containers import CONTAINER_HOME, JOB_UID, run_argv
+from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, run_argv
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
@@ -101,6 +101,11 @@ def write_code_archive(plan: JobPlan, destination: Path) -> None:
         archive.add(plan.code_dir_path, arcname=plan.code_dir_name)
 
 
+# The container's sshd opens its port tens of milliseconds after `podman run` returns; a poll of 0.1 s
+# added up to that much to every worker's start (bench/fanout.py times this step).
+PORT_POLL_SECONDS = 0.02
+
+
 async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -111,7 +116,7 @@ async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -
         except (TimeoutError, OSError) as error:
             if asyncio.get_running_loop().time() > deadline:
                 raise NodeError(worker.node.label, "starting the container's sshd", f"port {port} never opened") from error
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(PORT_POLL_SECONDS)
 
 
 ProgressCallback = Callable[[int, str, str], Awaitable[None]]
@@ -148,8 +153,14 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
 
-        await ensure_image(connection, label, plan.image, say)
-        output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
+        try:
+            output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
+        except NodeError as error:
+            if IMAGE_UNKNOWN not in error.reason:
+                raise
+            # Asked only now: a `podman image exists` before every start cost each node a podman process.
+            await ensure_image(connection, label, plan.image, say)
+            output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
     await _wait_for_port(worker, plan.sshd_port)
     await report(worker.index, WorkerState.READY,
                  f"worker-{worker.index} container {worker.container_name} ({worker.hostname}) is up, sshd on port {plan.sshd_port}")

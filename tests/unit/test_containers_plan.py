@@ -77,3 +77,76 @@ def test_a_node_without_podman_is_not_ready_and_says_why(make_job):
     node.refresh_from_db()
     assert not result.ready and node.state == Node.State.NOT_READY
     assert node.state_message == "podman, the container runtime jobs run in, is not installed"
+
+
+class FakeNode:
+    """A node's SSH side (the one boundary a unit test fakes): what was run, and the image it holds."""
+
+    def __init__(self, holds_image: bool):
+        self.holds_image = holds_image
+        self.commands: list[str] = []
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        return None
+
+    async def run(self, command, check=False, timeout=None):
+        from types import SimpleNamespace
+
+        self.commands.append(command)
+        if command.startswith("podman run") and not self.holds_image:
+            return SimpleNamespace(exit_status=125, stdout="", stderr="Error: localhost/training-console/mpi:test: image not known")
+        if command.startswith("podman image exists"):
+            return SimpleNamespace(exit_status=0 if self.holds_image else 1, stdout="", stderr="")
+        if command.startswith("podman load"):
+            self.holds_image = True
+        return SimpleNamespace(exit_status=0, stdout="c0ffee\n", stderr="")
+
+    def start_sftp_client(self):
+        class Sftp:
+            async def __aenter__(self):
+                return self
+
+            async def __aexit__(self, *exc_info):
+                return None
+
+            async def put(self, local, remote):
+                return None
+
+        return Sftp()
+
+
+@pytest.mark.parametrize("holds_image", [True, False])
+def test_a_node_is_asked_for_the_image_only_when_starting_the_container_says_it_lacks_it(
+        planned, holds_image, monkeypatch, settings, tmp_path):
+    import asyncio
+
+    from jobs.runtime import node_images, preparation
+
+    _, plan = planned
+    node = FakeNode(holds_image)
+    archive = tmp_path / "images" / node_images.archive_name_of(plan.image)
+    archive.parent.mkdir()
+    archive.write_bytes(b"an image archive")
+    settings.IMAGES_DIR = str(archive.parent)
+
+    async def connected(_target):
+        return node
+
+    async def port_open(_worker, _port):
+        return None
+
+    async def report(*_progress):
+        return None
+
+    monkeypatch.setattr(preparation, "connect", connected)
+    monkeypatch.setattr(preparation, "_wait_for_port", port_open)
+    code = tmp_path / "code.tar"
+    code.write_bytes(b"")
+    started = asyncio.run(preparation.prepare_worker(plan, plan.workers[0], code, report))
+
+    podman = [command.split()[1] for command in node.commands if command.startswith("podman")]
+    assert podman == (["run"] if holds_image else ["run", "image", "load", "run"])
+    assert started.container_id == "c0ffee"
