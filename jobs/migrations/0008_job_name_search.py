@@ -6,18 +6,26 @@ A GIN index of the same expression's trigrams serves it. SQLite has no such inde
 lists; the index is not declared on the model because a GinIndex cannot be created there.
 """
 
-from django.db import migrations
+import logging
+
+from django.db import DatabaseError, migrations, transaction
 
 INDEX = "job_name_search"
+logger = logging.getLogger(__name__)
 
 
 def create(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    # pg_trgm is a trusted extension (PostgreSQL 13 on): the database's owner may create it.
-    schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {INDEX} ON jobs_trainingjob "
-                          "USING gin ((UPPER(name::text)) gin_trgm_ops)")
+    try:
+        # A savepoint: a role that may not create the extension (pg_trgm is trusted, but creating it needs
+        # CREATE on the database; some managed services allow-list extensions) only loses the index.
+        with transaction.atomic(using=schema_editor.connection.alias):
+            schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {INDEX} ON jobs_trainingjob "
+                                  "USING gin ((UPPER(name::text)) gin_trgm_ops)")
+    except DatabaseError as error:
+        logger.warning("the job list's name search gets no trigram index (%s): it scans the jobs instead", error)
 
 
 def drop(apps, schema_editor):

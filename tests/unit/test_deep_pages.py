@@ -1,6 +1,7 @@
 """Deep pages of the job list: read ids first, then only the page's rows, in the list's order, on both the
 page and the API; and, on PostgreSQL, a name search that an index can serve."""
 
+import importlib
 from datetime import timedelta
 
 import pytest
@@ -79,3 +80,22 @@ def test_on_postgresql_the_name_search_can_be_served_by_the_trigram_index(thirty
         cursor.execute("SET LOCAL enable_seqscan = off")
     plan = TrainingJob.objects.filter(name__icontains="job-1").explain()
     assert "job_name_search" in plan, plan
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the trigram index is PostgreSQL's")
+def test_on_postgresql_a_role_that_may_not_create_the_extension_migrates_without_the_index(caplog):
+    from django.db import ProgrammingError
+
+    migration = importlib.import_module("jobs.migrations.0008_job_name_search")
+    with connection.schema_editor() as editor:
+        execute = editor.execute
+
+        def refusing(sql, params=()):
+            if "CREATE EXTENSION" in sql:
+                raise ProgrammingError('permission denied to create extension "pg_trgm"')
+            return execute(sql, params)
+
+        editor.execute = refusing
+        migration.create(None, editor)
+    assert "gets no trigram index" in caplog.text
+    assert TrainingJob.objects.count() == 0  # the transaction is still usable
