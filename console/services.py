@@ -55,11 +55,14 @@ def start_redis(port: int, log_path: Path, preexec_fn: Callable[[], None] | None
     return process
 
 
-def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int = 16, beat: bool = False,
+def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int | None = None, beat: bool = False,
                         preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
     # Threads, not processes: a job's task mostly waits on SSH, and a stop must run beside it.
+    # Without `concurrency`, the worker's own settings say (WORKER_THREADS, from its environment).
     command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads",
-               "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+               "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+    if concurrency:
+        command += ["--concurrency", str(concurrency)]
     if beat:
         command += ["--beat", "--schedule", str(log_path.parent / "celerybeat-schedule")]
     log = open(log_path, "ab")

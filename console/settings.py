@@ -306,6 +306,12 @@ NODE_WORK_ROOT = env_str("NODE_WORK_ROOT", "/var/lib/training-console/jobs")
 # Where the console builds and keeps the engine images' archives (outside the checkout: they are large
 # and survive a fresh clone); nodes that lack an image get it from here.
 IMAGES_DIR = Path(env_str("CONSOLE_IMAGES_DIR", "/var/lib/training-console/images"))
+# How many jobs one Celery worker process runs at once. A run holds one thread from preparation to
+# teardown (it mostly waits on SSH) and up to three database connections (the task thread's, its run's
+# and its log writer's): a site with more concurrent jobs starts more worker processes rather than
+# raising this far (bench/many_jobs.py).
+WORKER_THREADS = env_int("WORKER_THREADS", 16, minimum=2)
+CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
 # A run's heartbeat silent this long means its console process is gone: another takes the job up.
 RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 30, minimum=5)
 # While a job runs, each worker's container is looked at this often; a node silent for NODE_LOST_SECONDS
