@@ -18,7 +18,7 @@ from jobs.launch.plan import job_rank_workers, worker_plans
 from jobs.logs.store import service_line
 from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob
 from jobs.runtime.ending import record_teardown, settle, unclean_workers
-from jobs.runtime.takeover import owner_is_gone
+from jobs.runtime.ownership import owner_is_gone
 from jobs.runtime.teardown import teardown_all
 
 logger = logging.getLogger(__name__)

@@ -39,6 +39,7 @@ from jobs.runtime.launcher import LaunchCursor, launch
 from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.outputs import collect_outputs
+from jobs.runtime.ownership import followed_by_a_live_run
 from jobs.runtime.preparation import prepare_all
 from jobs.runtime.resources import ResourceRecorder
 from jobs.runtime.ssh import NodeError
@@ -53,7 +54,6 @@ WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READ
 # How often the preparation looks whether the job was stopped meanwhile.
 STOP_POLL_SECONDS = 1.0
 # How long a stop's own task is given to end the containers before the run ends them itself.
-LOST_STOP_GRACE_SECONDS = 5.0
 
 T = TypeVar("T")
 
@@ -148,6 +148,8 @@ class JobRun:
         self.disowned = False
         self.main: asyncio.Task | None = None
         self.losing: asyncio.Task | None = None
+        # The containers ended mid-run (a stop, a console stop, lost workers): once, whoever asks first.
+        self.ending_containers: asyncio.Task | None = None
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -281,7 +283,7 @@ class JobRun:
         watching = asyncio.create_task(monitor.run())
         watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=ResourceRecorder(self.job_id).take)
         workers = asyncio.create_task(watch.run())
-        lost_stop = asyncio.create_task(self.carry_out_a_lost_stop())
+        stop = asyncio.create_task(self.carry_out_the_stop())
         try:
             exit_code = await launch(self.plan, LogSink(self.job_id, owner=self.owner), cursor, self.stopping)
             if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
@@ -292,19 +294,29 @@ class JobRun:
             return exit_code
         finally:
             workers.cancel()
-            lost_stop.cancel()
-            await asyncio.gather(workers, lost_stop, return_exceptions=True)
+            stop.cancel()
+            await asyncio.gather(workers, stop, return_exceptions=True)
             if self.losing is not None:
                 await asyncio.gather(self.losing, return_exceptions=True)
             await monitor.finish(watching)
 
-    async def carry_out_a_lost_stop(self) -> None:
-        """A stop is carried out by a task of its own; if that task was lost (the broker was away), this run does it."""
+    async def carry_out_the_stop(self) -> None:
+        """A stop of the job this run follows is carried out here, as soon as the monitor sees it: the stop
+        task leaves a job with a live run to it (stop_running_job), so a stop needs no free Celery thread,
+        and one whose task was lost (the broker was away) needs nothing more."""
         await self.stopping.wait()
-        await asyncio.sleep(LOST_STOP_GRACE_SECONDS)
         if self.lost or await in_database(_status, self.job_id) != JobStatus.TERMINATING:
             return
-        await self.say("The job is being stopped and its containers still run: ending them")
+        await self.say("Stopping: ending the containers on every node")
+        await self.end_containers()
+
+    async def end_containers(self) -> None:
+        """End every worker's container now (mpirun then ends and the follow returns); once per run."""
+        if self.ending_containers is None:
+            self.ending_containers = asyncio.create_task(self._end_containers())
+        await asyncio.shield(self.ending_containers)
+
+    async def _end_containers(self) -> None:
         await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
 
     async def lose_workers(self, lost: dict[int, str]) -> None:
@@ -322,14 +334,14 @@ class JobRun:
             await self.say(f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}; "
                            "ending the job's other containers", index)
         self.stopping.set()
-        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
+        await self.end_containers()
 
     async def stop_from_console(self, reason: str, message: str) -> None:
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
         if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
             return
         await self.say(f"{message}; ending the containers on every node")
-        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
+        await self.end_containers()
 
     async def collect_outputs(self) -> None:
         request = await in_database(_outputs_request, self.job_id, self.plan.working_dir)
@@ -402,9 +414,10 @@ def new_owner() -> str:
 
 
 def stop_running_job(job_id: int) -> None:
-    """End the containers of a job asked to stop; the run sees its launch session end and settles."""
+    """End the containers of a job asked to stop that no live run follows (its run ends them itself, see
+    JobRun.carry_out_the_stop); the run, if one takes the job up, sees its launch session end and settles."""
     job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
-    if job.status != JobStatus.TERMINATING or not job.sealed_ssh_key:
+    if job.status != JobStatus.TERMINATING or not job.sealed_ssh_key or followed_by_a_live_run(job):
         return
     service_line(job_id, "Stopping: ending the containers on every node")
     workers = list(job.workers.select_related("node").order_by("index"))

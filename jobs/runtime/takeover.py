@@ -9,8 +9,6 @@ compare-and-set on the owner and heartbeat the reaper saw, so two workers never 
 
 import asyncio
 import logging
-import os
-import socket
 from datetime import datetime
 
 from django.conf import settings
@@ -22,21 +20,6 @@ from jobs.runtime.run import JobRun, in_own_context, new_owner
 from jobs.secret_box import open_secret
 
 logger = logging.getLogger(__name__)
-
-
-def owner_is_gone(owner: str) -> bool:
-    """Whether run_owner names a process of this host that has ended (elsewhere only the heartbeat tells)."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def claim(job_id: int, seen_owner: str, seen_heartbeat: datetime | None) -> str | None:

@@ -19,6 +19,7 @@ from jobs.allocation import try_allocate
 from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, LogStream, Node, TrainingJob, WorkerState
 from jobs.runtime import run
+from jobs.runtime.monitor import MONITOR_INTERVAL_SECONDS
 from jobs.runtime.preparation import ContainerStarted
 from jobs.runtime.run import JobRun, in_own_context, plan_allocated_job
 from jobs.runtime.ssh import NodeError
@@ -468,3 +469,45 @@ def test_how_the_run_ended_is_kept_before_its_teardown(nodes, job):
     run.teardown_all = teardown_all  # undone with the fixture's monkeypatch of the same name
     run_job(job)
     assert seen == [{"outcome": "exit", "exit_code": 3, "message": ""}]
+
+
+def test_a_job_stopped_while_it_runs_has_its_containers_ended_by_its_own_run_at_once(nodes, job, monkeypatch):
+    stopped_at, ended_at = [], []
+
+    async def launch_until_the_containers_go(plan, sink, cursor=None, stopping=None):
+        nodes.launches += 1
+        await sync_to_async(lambda: TrainingJob.objects.get(pk=job.pk).terminate())()
+        stopped_at.append(time.monotonic())
+        while not nodes.teardowns:  # mpirun ends when its containers are ended
+            await asyncio.sleep(0.05)
+        ended_at.append(time.monotonic())
+        return 143
+
+    monkeypatch.setattr(run, "launch", launch_until_the_containers_go)
+    job = run_job(job)
+
+    # No stop task ran (none is queued here): the run saw the stop on its monitor's next look and acted.
+    assert ended_at[0] - stopped_at[0] < MONITOR_INTERVAL_SECONDS + 1.5
+    assert job.status == JobStatus.TERMINATED
+    assert nodes.teardowns == [[0, 1], [0, 1]]  # the stop's, then the run's own end (it finds nothing left)
+    assert (None, "Stopping: ending the containers on every node") in service_lines(job)
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_the_stop_task_leaves_a_job_its_live_run_follows_to_that_run_and_ends_one_nobody_follows(nodes, job):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.runtime.run import new_owner, stop_running_job
+    from jobs.secret_box import seal_secret
+
+    TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.TERMINATING, sealed_ssh_key=seal_secret("key"),
+                                                 run_owner=new_owner(), heartbeat_at=timezone.now())
+    stop_running_job(job.pk)
+    assert nodes.teardowns == []
+
+    TrainingJob.objects.filter(pk=job.pk).update(run_owner="elsewhere:1:gone", heartbeat_at=timezone.now()
+                                                 - timedelta(minutes=10))
+    stop_running_job(job.pk)
+    assert nodes.teardowns == [[0, 1]]
