@@ -23,24 +23,12 @@ import os
 import statistics
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import benchkit
 
 VAR = benchkit.environment("fanout", subnet="10.87.0.0/24", bridge="tcfanbr", prefix="tcfan")
 GOAL = 1.5
 JOB_TIMEOUT = 240
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def busy_seconds() -> float:
-    """CPU seconds this machine has spent busy (all cores, every process), from /proc/stat."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def run_job(owner, nodes: int, name: str, worker_pid: int) -> tuple[int, list]:
@@ -59,7 +47,7 @@ def run_job(owner, nodes: int, name: str, worker_pid: int) -> tuple[int, list]:
     status, polls = JobStatus.PENDING, 0
     while status not in FINAL_STATES:
         assert time.monotonic() < deadline, f"job {job.pk} ({nodes} nodes) still {status} after {JOB_TIMEOUT} s"
-        samples.append((datetime.now(UTC), cpu_seconds(worker_pid), busy_seconds()))
+        samples.append((datetime.now(UTC), benchkit.cpu_seconds(worker_pid), benchkit.busy_seconds()))
         polls += 1
         if polls % 4 == 0:
             status = TrainingJob.objects.values_list("status", flat=True).get(pk=job.pk)

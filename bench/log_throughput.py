@@ -68,22 +68,6 @@ ELAPSED = re.compile(r"FLOOD-ELAPSED ([0-9.]+)")
 SAMPLE_EVERY = 50  # lines whose delays the follower works out: all of them would cost this process more than it reads
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/task"))
-
-
 class Memory(threading.Thread):
     """The Celery worker's and the web process's RSS every 0.2 s, each sample under the phase it was taken in."""
 
@@ -94,7 +78,7 @@ class Memory(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.2):
-            self.samples.append((self.phase, {name: rss_kib(pid) for name, pid in self.pids.items()}))
+            self.samples.append((self.phase, {name: benchkit.rss_kib(pid) for name, pid in self.pids.items()}))
 
     def peak(self, name: str, phase: str) -> float:
         return max((sample[name] for at, sample in self.samples if at == phase), default=0) / 1024
@@ -255,7 +239,7 @@ def main() -> None:
         expected = 4 * args.lines_per_rank
 
         raw_before = asyncio.run(raw_run(owner, nodes, args.lines_per_rank))
-        worker_cpu, web_cpu = cpu_seconds(worker.pid), cpu_seconds(web.pid)
+        worker_cpu, web_cpu = benchkit.cpu_seconds(worker.pid), benchkit.cpu_seconds(web.pid)
         memory.phase = "flood"
         job = submit(owner, "flood", "flood", "flood.py", [{"name": "count", "value": str(args.lines_per_rank)}])
         submitted = time.monotonic()
@@ -265,7 +249,7 @@ def main() -> None:
         while TrainingJob.objects.values_list("status", flat=True).get(pk=job.pk) not in FINAL_STATES:
             time.sleep(0.2)
         job_seconds = time.monotonic() - submitted
-        worker_cpu, web_cpu = cpu_seconds(worker.pid) - worker_cpu, cpu_seconds(web.pid) - web_cpu
+        worker_cpu, web_cpu = benchkit.cpu_seconds(worker.pid) - worker_cpu, benchkit.cpu_seconds(web.pid) - web_cpu
         live.join(300)
         memory.phase = "after"
         job.refresh_from_db()
@@ -306,7 +290,7 @@ def main() -> None:
         ticking.join(180)
         memory.done.set()
 
-        threads_before = thread_count(web.pid)
+        threads_before = benchkit.thread_count(web.pid)
         idle = [EventCounter(port, f"/api/v1/training-jobs/{job.pk}/log/events?after={job.log_line_count}",
                              token, stop_at_end=False) for _ in range(args.idle_followers)]
         running = TrainingJob.objects.filter(pk=job.pk)
@@ -315,7 +299,7 @@ def main() -> None:
             follower.start()
             follower.connected.wait(10)
         time.sleep(1)
-        threads_with_followers = thread_count(web.pid)
+        threads_with_followers = benchkit.thread_count(web.pid)
         for follower in idle:
             follower.stop.set()
         running.update(status=job.status)

@@ -1,7 +1,7 @@
 """How the console's pages and API hold up with a large record: 100,000 jobs and a 10-million-line log in PostgreSQL.
 
 Creates a PostgreSQL database of its own (bench_scale on 127.0.0.1:5432, user postgres, unless
---database-url names another server), migrates it, seeds it, and bulk-loads the rows with COPY (jobs,
+--server names another), migrates it, seeds it, and bulk-loads the rows with COPY (jobs,
 one worker and two events a job, and one job's log of 10,000,000 lines); then times each page and API
 read: in process (Django's test client: the time in the view, middleware and template, with the queries
 each makes counted) and over HTTP against uvicorn (a keep-alive client, as a browser or script reads
@@ -181,8 +181,34 @@ def in_process(client, path: str, requests: int, headers: dict) -> dict:
         times.append(time.perf_counter() - started)
     scans = sorted({table for query in queries for table in seq_scans(query["sql"])})
     slowest = max(queries, key=lambda query: float(query["time"]))
-    return {"times": times, "queries": len(queries), "scans": scans,
+    return {"times": times, "queries": len(queries), "scans": scans, "alone": queries_alone(queries, requests),
             "slowest": (float(slowest["time"]), slowest["sql"]), "bytes": len(response.content)}
+
+
+def queries_alone(queries: list[dict], requests: int) -> list[float]:
+    """The floor of a page: its SELECTs run again as they were sent, on the same connection, with nothing else."""
+    from django.db import connection
+
+    selects = [query["sql"] for query in queries if query["sql"].lstrip().upper().startswith("SELECT")]
+    times = []
+    with connection.cursor() as cursor:
+        for _ in range(requests):
+            started = time.perf_counter()
+            for sql in selects:
+                cursor.execute(sql)
+                cursor.fetchall()
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def timed(read, requests: int) -> list[float]:
+    read()
+    times = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def over_http(port: int, path: str, requests: int, headers: dict) -> list[float]:
@@ -198,6 +224,20 @@ def over_http(port: int, path: str, requests: int, headers: dict) -> list[float]
             times.append(time.perf_counter() - started)
     connection.close()
     return times
+
+
+def deep_page(requests: int) -> None:
+    """Rows 80,001-80,020 of the list, read as the list reads them (ids first) and by a plain OFFSET."""
+    from django.contrib.auth import get_user_model
+
+    from jobs.access import visible_jobs
+    from jobs.paging import IdsFirst
+
+    jobs = visible_jobs(get_user_model().objects.get(username="admin")).order_by("-created_at", "-id")
+    plain = timed(lambda: list(jobs[80000:80020]), requests)
+    ids_first = timed(lambda: IdsFirst(jobs)[80000:80020], requests)
+    print(f"rows 80,001-80,020 with their joins, p50 of {requests}: by OFFSET {statistics.median(plain) * 1000:.1f} ms, "
+          f"ids first {statistics.median(ids_first) * 1000:.1f} ms (the list's way)", flush=True)
 
 
 def main() -> None:
@@ -288,6 +328,7 @@ def main() -> None:
                 http_headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={clients[viewer].cookies[settings.SESSION_COOKIE_NAME].value}"}
             remote = over_http(web_port, path, args.requests, http_headers)
             rows.append([label, template.format(big="BIG", middle=middle), str(found["queries"]),
+                         f"{statistics.median(found['alone']) * 1000:.0f}",
                          f"{statistics.median(found['times']) * 1000:.0f} / {percentile(found['times'], 0.95) * 1000:.0f}",
                          f"{statistics.median(remote) * 1000:.0f} / {percentile(remote, 0.95) * 1000:.0f}",
                          ", ".join(found["scans"]) or "-"])
@@ -295,14 +336,16 @@ def main() -> None:
                 plan = explain(found["slowest"][1], analyze=True).splitlines()
                 notes.append(f"{label}: its slowest query, {found['slowest'][0] * 1000:.0f} ms: "
                              f"{short(found['slowest'][1])[:300]}\n    " + "\n    ".join(plan[:8]))
-            print(f"  {label}: {rows[-1][3]} ms in process, {rows[-1][4]} ms over HTTP, {found['queries']} queries",
+            print(f"  {label}: {rows[-1][4]} ms in process, {rows[-1][5]} ms over HTTP, {found['queries']} queries "
+                  f"({rows[-1][3]} ms alone)",
                   flush=True)
         print(f"\n{args.jobs:,} jobs, a {args.log_lines:,}-line log (job BIG = {big}), PostgreSQL; {args.requests} "
               f"requests each, after one not counted; {benchkit.load_line()} at the end")
-        print(benchkit.table(["page", "path", "queries", "in process p50 / p95 ms", "HTTP (uvicorn) p50 / p95 ms",
+        print(benchkit.table(["page", "path", "queries", "its queries alone p50 ms", "in process p50 / p95 ms", "HTTP (uvicorn) p50 / p95 ms",
                               "seq scan of a large table"], rows))
         for note in notes:
             print(note)
+        deep_page(args.requests)
     finally:
         services.stop(web)
         services.stop(redis)
