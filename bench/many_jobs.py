@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--nodes", type=int, default=16)
     args = benchkit.begin("many_jobs", parser, 590)
+    os.environ["RUN_SLOTS"] = "32"  # the two workers' threads
 
     with benchkit.Console(VAR, nodes=args.nodes, slots=1):
         from datetime import UTC, datetime

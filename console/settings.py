@@ -312,6 +312,10 @@ IMAGES_DIR = Path(env_str("CONSOLE_IMAGES_DIR", "/var/lib/training-console/image
 # raising this far (bench/many_jobs.py).
 WORKER_THREADS = env_int("WORKER_THREADS", 16, minimum=2)
 CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
+# How many jobs the console runs at once: the threads of all its worker processes (`make run` starts one).
+# A job past it stays queued with its nodes free, rather than holding nodes while its run waits for a
+# thread (and being taken for lost after NEVER_STARTED_STALE_SECONDS).
+RUN_SLOTS = env_int("RUN_SLOTS", WORKER_THREADS, minimum=1)
 # A run's heartbeat silent this long means its console process is gone: another takes the job up.
 RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 30, minimum=5)
 # While a job runs, each worker's container is looked at this often; a node silent for NODE_LOST_SECONDS

@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -40,6 +41,10 @@ def free_nodes(job: TrainingJob):
     return nodes_for(job).filter(
         enabled=True, draining=False, state=Node.State.READY, allocated_to__isnull=True
     ).order_by("name")
+
+
+# The states of a job whose run holds a worker thread.
+RUN_STATES = (JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING)
 
 
 class Outcome(enum.Enum):
@@ -94,12 +99,24 @@ def release_nodes(job_id: int) -> int:
     return Node.objects.filter(allocated_to_id=job_id).update(allocated_to=None)
 
 
+def free_run_slots() -> int:
+    """How many more jobs the console's workers can run now (settings.RUN_SLOTS less the runs under way)."""
+    return settings.RUN_SLOTS - TrainingJob.objects.filter(status__in=RUN_STATES).count()
+
+
 def dispatch_pending() -> list[int]:
-    """Allocate queued jobs in submission order, backfilling where it delays no head; returns who got nodes."""
-    started = []
+    """Allocate queued jobs in submission order, backfilling where it delays no head; returns who got nodes.
+
+    No more jobs start than there are free run slots. (Two dispatchers at once may each count the same
+    free slot; the job that gets it second waits for a worker thread, as every job did before the cap.)
+    """
+    started: list[int] = []
+    slots = free_run_slots()
     # Per (spec, pool) whose head could not be placed: the earliest the head can start (None: no bound).
     blocked: dict[tuple[int, int | None], datetime | None] = {}
     for job in TrainingJob.objects.filter(status=JobStatus.PENDING).order_by("created_at", "id"):
+        if len(started) >= slots:
+            break
         key = (job.spec_id, job.pool_id)
         if key in blocked and not ends_before(job, blocked[key]):
             continue
@@ -185,6 +202,9 @@ def waiting_reason(job: TrainingJob) -> str:
     """
     if job.status != JobStatus.PENDING:
         return ""
+    if free_run_slots() <= 0:
+        return (f"the console runs at most {settings.RUN_SLOTS} job(s) at once (RUN_SLOTS) and all are running; "
+                f"position {queue_position(job)} in the queue")
     counts = node_counts(job)
     others = [f"{count} {label}" for count, label in
               ((counts.busy, "busy"), (counts.not_ready, "not ready"), (counts.draining, "draining")) if count]

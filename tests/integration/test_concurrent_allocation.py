@@ -82,7 +82,8 @@ def two_workers(django_db_setup, redis_url, burst_cluster):
     log_dir.mkdir(parents=True, exist_ok=True)
     settings.NODE_WORK_ROOT = TEST_NODE_WORK_ROOT
     env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
-           "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT, "NODE_HEALTH_INTERVAL_SECONDS": "5"}
+           "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT, "NODE_HEALTH_INTERVAL_SECONDS": "5",
+           "RUN_SLOTS": str(8 * WORKER_PROCESSES)}
     logs = [log_dir / f"celery-{index}.log" for index in range(WORKER_PROCESSES)]
     processes = []
     try:

@@ -203,3 +203,20 @@ def test_a_job_that_could_never_get_its_nodes_is_refused_at_submission(cpu, owne
         "node_count": 3}, format="json")
     assert answer.status_code == 400
     assert answer.json()["node_count"] == ["The pool has 2 node(s) of this spec; ask for at most that many."]
+
+
+def test_no_more_jobs_start_than_the_consoles_workers_have_run_slots_and_the_next_is_told_why(cpu, submit, settings):
+    settings.RUN_SLOTS = 2
+    make_nodes(cpu, 4)
+    jobs = [submit(cpu, name=f"job-{index}") for index in range(3)]
+
+    assert dispatch_pending() == [jobs[0].pk, jobs[1].pk]
+    waiting = TrainingJob.objects.get(pk=jobs[2].pk)
+    assert waiting.status == JobStatus.PENDING
+    assert waiting_reason(waiting) == ("the console runs at most 2 job(s) at once (RUN_SLOTS) and all are running; "
+                                       "position 1 in the queue")
+    assert Node.objects.filter(allocated_to__isnull=True).count() == 2
+
+    TrainingJob.objects.filter(pk=jobs[0].pk).update(status=JobStatus.COMPLETED)
+    release_nodes(jobs[0].pk)
+    assert dispatch_pending() == [jobs[2].pk]
