@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import logging
 import os
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -94,7 +95,7 @@ def main() -> None:
 
         from jobs.code_dirs import register
         from jobs.images.recipes import MPI
-        from jobs.models import Node, TrainingJob
+        from jobs.models import JobEvent, Node, TrainingJob
         from jobs.runtime.node_images import console_archive
         from jobs.submission import stop_visible_job
 
@@ -122,12 +123,16 @@ def main() -> None:
             rows.append((runs, measure(pid, database, args.window)))
             print(f"{runs} runs: {rows[-1][1]}", flush=True)
 
-        stopping = time.monotonic()
+        stopping, busy = time.monotonic(), benchkit.busy_seconds()
         for job_id in jobs:
             stop_visible_job(owner, job_id)
         wait_until(jobs, "Terminated", time.monotonic() + 180)
         stopped_in = time.monotonic() - stopping
+        stop_busy = (benchkit.busy_seconds() - busy) / stopped_in
         lines = sum(TrainingJob.objects.filter(pk__in=jobs).values_list("log_line_count", flat=True))
+        asked = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminating").values_list("job_id", "at"))
+        ended = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminated").values_list("job_id", "at"))
+        each = sorted((ended[pk] - asked[pk]).total_seconds() for pk in jobs)
 
     floor = rows[0][1]
     table = []
@@ -142,7 +147,9 @@ def main() -> None:
                           "worker threads", "database connections", f"machine busy % (of {os.cpu_count() * 100})"],
                          table))
     print(f"the first row is the floor (the same worker following nothing); all {len(jobs)} stopped at once: "
-          f"Terminated {stopped_in:.1f} s after the first stop request; {lines:,} log lines stored in all")
+          f"the last Terminated {stopped_in:.1f} s after the first stop request (each job's stop -> Terminated p50 "
+          f"{statistics.median(each):.1f} s, max {each[-1]:.1f} s; the machine {stop_busy * 100:.0f}% busy of "
+          f"{os.cpu_count() * 100} meanwhile: the nodes' podman ending the containers); {lines:,} log lines in all")
 
 
 if __name__ == "__main__":
