@@ -199,7 +199,7 @@ def console_timeline(run: dict, worker_log: Path) -> list[list[str]]:
                     connection.opened <= (ups[worker.index] or completed):
                 steps_of(connection)
                 ended = max([step.end for step in connection.steps if step.end] + ([ended] if ended else []))
-        row("  sshd port open (polled every 0.1 s) + 'is up' line", ended, ups[worker.index])
+        row("  sshd port open (polled every 20 ms) + 'is up' line", ended, ups[worker.index])
     row("last 'is up' -> state:Running (status check, start())", max(filter(None, ups.values()), default=None),
         first(marks, "event state:Running"))
     row("state:Running -> 'Launching' line", first(marks, "event state:Running"), first(marks, "line: Launching"))

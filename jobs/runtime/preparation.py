@@ -137,12 +137,11 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         raise NodeError("console", "choosing the image", "the job's engine version names no image")
     connection = await connect(worker.node)
     async with connection:
-        await run_checked(connection, label, "creating the work directory", ["mkdir", "-p", worker.workdir])
         with tempfile.TemporaryDirectory() as scratch:
             bundle = Path(scratch) / "bundle.tar"
             write_worker_bundle(plan, worker, bundle)
             await report(worker.index, WorkerState.UPLOADING, f"uploading code to worker-{worker.index}")
-            await upload(connection, label, {
+            await upload(connection, label, folder=worker.workdir, files={
                 str(bundle): f"{worker.workdir}/bundle.tar",
                 str(code_archive): f"{worker.workdir}/code.tar",
                 str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",

@@ -2,6 +2,7 @@
 
 import asyncio
 import shlex
+from pathlib import PurePosixPath
 
 import asyncssh
 from django.conf import settings
@@ -82,11 +83,35 @@ async def run_checked(
     return str(result.stdout or "")
 
 
-async def upload(connection: asyncssh.SSHClientConnection, label: str, files: dict[str, str]) -> None:
-    """Copy local files to remote paths over SFTP ({local: remote})."""
+# A folder made for the files, as `mkdir -p` under root's usual umask makes it: the job's uid must pass
+# through it, whatever umask the node's sftp-server is told to apply (`-u`).
+FOLDER_MODE = 0o755
+
+
+async def upload(connection: asyncssh.SSHClientConnection, label: str, files: dict[str, str],
+                 folder: str | None = None) -> None:
+    """Copy local files to remote paths over SFTP ({local: remote}), into `folder` made first when given
+    (in the same session: a `mkdir -p` of its own cost a worker's preparation a command's round trip)."""
     try:
         async with connection.start_sftp_client() as sftp:
+            if folder:
+                await _make_folder(sftp, label, folder)
             for local, remote in files.items():
                 await sftp.put(local, remote)
     except (TimeoutError, OSError, asyncssh.Error) as error:
         raise NodeError(label, "upload", _reason(error)) from error
+
+
+async def _make_folder(sftp: asyncssh.SFTPClient, label: str, folder: str) -> None:
+    path = PurePosixPath("/")
+    for part in PurePosixPath(folder).parts[1:]:
+        path /= part
+        if await sftp.isdir(str(path)):
+            continue
+        try:
+            await sftp.mkdir(str(path))
+        except asyncssh.SFTPError as error:
+            if not await sftp.isdir(str(path)):  # made meanwhile by another job's preparation: fine
+                raise NodeError(label, f"making {path}", _reason(error)) from error
+            continue
+        await sftp.chmod(str(path), FOLDER_MODE)

@@ -79,12 +79,16 @@ def test_a_node_without_podman_is_not_ready_and_says_why(make_job):
     assert node.state_message == "podman, the container runtime jobs run in, is not installed"
 
 
+JOB_ROOT = "/srv/jobs/"  # the planned fixture's work root: the node has nothing below it yet
+
+
 class FakeNode:
     """A node's SSH side (the one boundary a unit test fakes): what was run, and the image it holds."""
 
     def __init__(self, holds_image: bool):
         self.holds_image = holds_image
         self.commands: list[str] = []
+        self.folders: dict[str, int] = {}  # made over SFTP: path -> mode
 
     async def __aenter__(self):
         return self
@@ -105,7 +109,18 @@ class FakeNode:
         return SimpleNamespace(exit_status=0, stdout="c0ffee\n", stderr="")
 
     def start_sftp_client(self):
+        node = self
+
         class Sftp:
+            async def isdir(self, path):
+                return path in node.folders or not path.startswith(JOB_ROOT)
+
+            async def mkdir(self, path):
+                node.folders[path] = 0o700  # as an sftp-server told `-u 077` would make it
+
+            async def chmod(self, path, mode):
+                node.folders[path] = mode
+
             async def __aenter__(self):
                 return self
 
@@ -149,4 +164,5 @@ def test_a_node_is_asked_for_the_image_only_when_starting_the_container_says_it_
 
     podman = [command.split()[1] for command in node.commands if command.startswith("podman")]
     assert podman == (["run"] if holds_image else ["run", "image", "load", "run"])
-    assert started.container_id == "c0ffee"
+    assert started.container_id == "c0ffee" and plan.workers[0].workdir in node.folders
+    assert set(node.folders.values()) == {0o755}  # every folder it made can be passed through by the job's uid
