@@ -124,24 +124,27 @@ class MetricExtractor:
 
     def __init__(self, definitions: list[dict[str, str]]):
         compiled = [(item["name"], _compiled(item["name"], item["regex"])) for item in definitions]
-        self.definitions = [(name, pattern) for name, pattern in compiled if pattern is not None]
+        # Which group holds the value, and whether one holds the step, asked once: the monitor runs every
+        # definition on every line of a log.
+        self.definitions = [(name, pattern, "value" if "value" in pattern.groupindex else 1, "step" in pattern.groupindex)
+                            for name, pattern in compiled if pattern is not None]
 
     @property
     def names(self) -> list[str]:
-        return [name for name, _ in self.definitions]
+        return [name for name, *_ in self.definitions]
 
     def extract(self, text: str) -> list[ExtractedPoint]:
         text = text[:MATCH_TEXT_LIMIT]
         points = []
         line_step = None
-        for name, pattern in self.definitions:
+        for name, pattern, value_group, has_step in self.definitions:
             match = pattern.search(text)
             if not match:
                 continue
-            value = _number(_group(pattern, match, "value"))
+            value = _number(match.group(value_group))
             if value is None:
                 continue
-            step = _integer(match.groupdict().get("step"))
+            step = _integer(match.group("step")) if has_step else None
             if step is None:
                 if line_step is None:
                     found = STEP.search(text)
@@ -149,12 +152,6 @@ class MetricExtractor:
                 step = line_step if line_step >= 0 else None
             points.append(ExtractedPoint(name, value, step))
         return points
-
-
-def _group(pattern: Any, match: Any, name: str) -> str | None:
-    if name in pattern.groupindex:
-        return match.group(name)
-    return match.group(1)
 
 
 def _number(text: str | None) -> float | None:
