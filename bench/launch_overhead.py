@@ -286,7 +286,8 @@ def main() -> None:
 
         probed = asyncio.run(bare_run(owner, nodes, "bare-probe", args.steps, probe=4))
         print("\nteardown probe (2 extra bare runs, not counted), after mpirun's exit: stop-worker.sh under sh -x, "
-              "as the console runs it (it goes round while its count is above 3, at most 20 times, sleeping 0.1 s): "
+              "as the console runs it (it goes round while more than the container's first process and its own shell "
+              "are left, at most 20 times, sleeping 0.1 s): "
               "in the warm-up at once, in the run after only once the container's processes were listed and "
               f"its count `podman exec NAME sh -c '{COUNT}'` read 4 times")
         print(benchkit.table(

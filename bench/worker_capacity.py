@@ -59,6 +59,36 @@ def wait_until(ids: list[int], status: str, deadline: float) -> None:
         time.sleep(0.5)
 
 
+async def floor_of_the_stop(owner, nodes) -> float:
+    """The stop's floor: the same containers (one a node, made by hand as the runtime makes them, with the
+    program running in each), removed at once with `podman rm -f`; the seconds the removal took."""
+    import shlex
+    import tempfile
+
+    from jobs.runtime.preparation import write_code_archive
+    from jobs.runtime.ssh import connect
+
+    plans = [await asyncio.to_thread(benchkit.bare_plan, owner, [node], {
+        "name": f"floor-{index}", "engine": "MPI", "code_dir": "hold", "boot_file": "hold.py", "spec": "local-cpu-1",
+        "node_count": 1}) for index, node in enumerate(nodes)]
+    with tempfile.TemporaryDirectory() as scratch:
+        code_archive = Path(scratch) / "code.tar"
+        write_code_archive(plans[0], code_archive)
+        await asyncio.gather(*(benchkit.prepare_by_hand(plan, plan.workers[0], code_archive, Path(scratch))
+                               for plan in plans))
+
+    async def start(plan) -> None:
+        command = f"cd {shlex.quote(plan.working_dir)} && (setsid {shlex.join(plan.argv)} >/dev/null 2>&1 &)"
+        async with await connect(plan.container_target(plan.workers[0])) as connection:
+            await connection.run(command, check=True)
+
+    await asyncio.gather(*(start(plan) for plan in plans))
+    await asyncio.sleep(3)
+    started = time.monotonic()
+    await asyncio.gather(*(benchkit.remove_by_hand(plan, plan.workers[0]) for plan in plans))
+    return time.monotonic() - started
+
+
 def database_connections(pid: int, database: Path) -> int:
     """The worker's open handles on the SQLite file: one per database connection it holds."""
     found = 0
@@ -133,6 +163,7 @@ def main() -> None:
         asked = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminating").values_list("job_id", "at"))
         ended = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminated").values_list("job_id", "at"))
         each = sorted((ended[pk] - asked[pk]).total_seconds() for pk in jobs)
+        floor_seconds = asyncio.run(floor_of_the_stop(owner, list(Node.objects.order_by("name"))))
 
     floor = rows[0][1]
     table = []
@@ -149,7 +180,9 @@ def main() -> None:
     print(f"the first row is the floor (the same worker following nothing); all {len(jobs)} stopped at once: "
           f"the last Terminated {stopped_in:.1f} s after the first stop request (each job's stop -> Terminated p50 "
           f"{statistics.median(each):.1f} s, max {each[-1]:.1f} s; the machine {stop_busy * 100:.0f}% busy of "
-          f"{os.cpu_count() * 100} meanwhile: the nodes' podman ending the containers); {lines:,} log lines in all")
+          f"{os.cpu_count() * 100} meanwhile: the nodes' podman ending the containers); its floor, the same "
+          f"{len(jobs)} containers made by hand, the program running in each, removed at once with `podman rm -f`: "
+          f"{floor_seconds:.1f} s; {lines:,} log lines in all")
 
 
 if __name__ == "__main__":

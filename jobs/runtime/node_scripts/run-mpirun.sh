@@ -41,9 +41,10 @@ follow)
         tries=$((tries + 1))
     done
     pid=$(cat "$run/pid" 2>/dev/null) || exit 76
-    # tail's own notices must not pass for mpirun's output.
-    tail -c +"$(($1 + 1))" --pid="$pid" -s 0.2 -f "$run/stdout" 2>/dev/null &
-    tail -c +"$(($2 + 1))" --pid="$pid" -s 0.2 -f "$run/stderr" >&2 2>/dev/null &
+    # tail's own notices must not pass for mpirun's output. It looks whether mpirun is still there every
+    # -s seconds: that is how late the end of a job can be seen (a look costs next to nothing).
+    tail -c +"$(($1 + 1))" --pid="$pid" -s 0.05 -f "$run/stdout" 2>/dev/null &
+    tail -c +"$(($2 + 1))" --pid="$pid" -s 0.05 -f "$run/stderr" >&2 2>/dev/null &
     wait
     [ -s "$run/exit" ] || exit 76
     ;;
