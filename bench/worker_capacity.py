@@ -6,7 +6,8 @@ local cluster of --runs namespace nodes with 1 slot each on bridge tccapbr, 10.9
 engine image on every node first (not timed). Each job is a 1-node program that prints one line a second
 until it is stopped, as a long training job that logs its steps does. The worker's own figures with no
 run are the floor each row is set beside: what a run adds is the row minus that floor, divided by its
-runs. A run follows its job the whole time: it stores and reads back its log, beats its heartbeat,
+runs. Then all are stopped at once, beside the floor of that: as many containers of the image removed at
+once by hand. A run follows its job the whole time: it stores and reads back its log, beats its heartbeat,
 probes its container every WORKER_PROBE_SECONDS and samples its resources every RESOURCE_SAMPLE_SECONDS.
 
     .venv/bin/python bench/worker_capacity.py [--runs 32] [--window 20]
@@ -59,38 +60,29 @@ def wait_until(ids: list[int], status: str, deadline: float) -> None:
         time.sleep(0.5)
 
 
-async def floor_of_the_stop(owner, nodes) -> float:
-    """The stop's floor: the same containers (one a node, made by hand as the runtime makes them, with the
-    program running in each), removed at once with `podman rm -f`; the seconds the removal took."""
-    import shlex
-    import tempfile
+async def floor_of_the_stop(nodes, image: str) -> float:
+    """The stop's floor: as many containers of the image (one a node), removed at once with `podman rm -f`
+    and no grace; the seconds the removal took."""
+    from jobs.runtime.ssh import connect, run_checked
 
-    from jobs.runtime.preparation import write_code_archive
-    from jobs.runtime.ssh import connect
+    gate = asyncio.Semaphore(8)  # making them is not timed
 
-    plans = [await asyncio.to_thread(benchkit.bare_plan, owner, [node], {
-        "name": f"floor-{index}", "engine": "MPI", "code_dir": "hold", "boot_file": "hold.py", "spec": "local-cpu-1",
-        "node_count": 1}) for index, node in enumerate(nodes)]
-    gate = asyncio.Semaphore(8)  # making them is not timed; all at once, their sshds outwait the port's wait
+    async def on_node(node, argv: list[str], step: str, gated: bool) -> None:
+        target = node.ssh_target()
+        async with await connect(target) as connection:
+            if gated:
+                async with gate:
+                    await run_checked(connection, target.label, step, argv)
+            else:
+                await run_checked(connection, target.label, step, argv)
 
-    async def make(plan, code_archive: Path, scratch: Path) -> None:
-        async with gate:
-            await benchkit.prepare_by_hand(plan, plan.workers[0], code_archive, scratch)
-
-    with tempfile.TemporaryDirectory() as scratch:
-        code_archive = Path(scratch) / "code.tar"
-        write_code_archive(plans[0], code_archive)
-        await asyncio.gather(*(make(plan, code_archive, Path(scratch)) for plan in plans))
-
-    async def start(plan) -> None:
-        command = f"cd {shlex.quote(plan.working_dir)} && (setsid {shlex.join(plan.argv)} >/dev/null 2>&1 &)"
-        async with await connect(plan.container_target(plan.workers[0])) as connection:
-            await connection.run(command, check=True)
-
-    await asyncio.gather(*(start(plan) for plan in plans))
-    await asyncio.sleep(3)
+    name = "capacity-floor"
+    await asyncio.gather(*(on_node(node, ["podman", "run", "--detach", "--pull=never", "--name", name, "--network",
+                                          "host", image, "sleep", "3600"], "starting the floor's container", True)
+                           for node in nodes))
     started = time.monotonic()
-    await asyncio.gather(*(benchkit.remove_by_hand(plan, plan.workers[0]) for plan in plans))
+    await asyncio.gather(*(on_node(node, ["podman", "rm", "--force", "--time", "0", name], "removing it", False)
+                           for node in nodes))
     return time.monotonic() - started
 
 
@@ -168,7 +160,7 @@ def main() -> None:
         asked = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminating").values_list("job_id", "at"))
         ended = dict(JobEvent.objects.filter(job_id__in=jobs, kind="state:Terminated").values_list("job_id", "at"))
         each = sorted((ended[pk] - asked[pk]).total_seconds() for pk in jobs)
-        floor_seconds = asyncio.run(floor_of_the_stop(owner, list(Node.objects.order_by("name"))))
+        floor_seconds = asyncio.run(floor_of_the_stop(list(Node.objects.order_by("name")), MPI.reference))
 
     floor = rows[0][1]
     table = []
@@ -185,8 +177,8 @@ def main() -> None:
     print(f"the first row is the floor (the same worker following nothing); all {len(jobs)} stopped at once: "
           f"the last Terminated {stopped_in:.1f} s after the first stop request (each job's stop -> Terminated p50 "
           f"{statistics.median(each):.1f} s, max {each[-1]:.1f} s; the machine {stop_busy * 100:.0f}% busy of "
-          f"{os.cpu_count() * 100} meanwhile: the nodes' podman ending the containers); its floor, the same "
-          f"{len(jobs)} containers made by hand, the program running in each, removed at once with `podman rm -f`: "
+          f"{os.cpu_count() * 100} meanwhile: the nodes' podman ending the containers); its floor, as many "
+          f"containers of the image (one a node) removed at once with `podman rm -f --time 0`: "
           f"{floor_seconds:.1f} s; {lines:,} log lines in all")
 
 
