@@ -149,7 +149,7 @@ class JobRun:
         self.main: asyncio.Task | None = None
         self.losing: asyncio.Task | None = None
         # The containers ended mid-run (a stop, a console stop, lost workers): once, whoever asks first.
-        self.ending_containers: asyncio.Task | None = None
+        self.ending_containers: asyncio.Task[list[TeardownResult]] | None = None
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -316,8 +316,10 @@ class JobRun:
             self.ending_containers = asyncio.create_task(self._end_containers())
         await asyncio.shield(self.ending_containers)
 
-    async def _end_containers(self) -> None:
-        await in_database(record_teardown, self.job_id, await teardown_all(self.plan.workers), self.plan.rank_workers)
+    async def _end_containers(self) -> list[TeardownResult]:
+        results = await teardown_all(self.plan.workers)
+        await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)
+        return results
 
     async def lose_workers(self, lost: dict[int, str]) -> None:
         # Its own task: ending the other containers must not be cut short when the launch returns.
@@ -361,7 +363,15 @@ class JobRun:
         await self.say(result.message)
 
     async def tear_down(self) -> list[TeardownResult]:
-        results = await teardown_all(self.plan.workers)
+        ended = self.ending_containers
+        if ended is not None and ended.done() and not ended.cancelled() and ended.exception() is None \
+                and all(result.clean for result in ended.result()):
+            # Ended mid-run (a stop, lost workers) and nothing was left: what that teardown found stands,
+            # and a second one would only cost every node two podman commands.
+            results = ended.result()
+        else:
+            results = await teardown_all(self.plan.workers)
+            await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)
         for result in results:
             if result.clean and result.index in self.failed_workers:
                 await self.say(f"worker-{result.index}: container removed after its failed preparation", result.index)
@@ -370,7 +380,6 @@ class JobRun:
                                          f"worker-{result.index}: container removed, no process left")
             else:
                 await self.report_worker(result.index, WorkerState.UNCLEAN, f"worker-{result.index}: {result.problem}")
-        await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)
         return results
 
 

@@ -211,7 +211,7 @@ def test_a_worker_lost_mid_run_fails_the_job_with_the_card_naming_the_worker_and
     assert (job.status, job.status_message) == (JobStatus.FAILED, message)
     assert job.failure["kind"] == "node_lost" and job.failure["title"] == "A node was lost mid-job: node-b"
     assert "worker-1: its container job-x-worker-1 is gone" in job.failure["hints"]
-    assert nodes.teardowns == [[0, 1], [0, 1]], "the others are ended at once, then the run's own teardown"
+    assert nodes.teardowns == [[0, 1]], "the others are ended at once, and that teardown is the run's last"
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert (1, "worker-1 (node-b) was lost: its container job-x-worker-1 is gone; ending the job's other containers") \
         in service_lines(job)
@@ -489,7 +489,7 @@ def test_a_job_stopped_while_it_runs_has_its_containers_ended_by_its_own_run_at_
     # No stop task ran (none is queued here): the run saw the stop on its monitor's next look and acted.
     assert ended_at[0] - stopped_at[0] < MONITOR_INTERVAL_SECONDS + 1.5
     assert job.status == JobStatus.TERMINATED
-    assert nodes.teardowns == [[0, 1], [0, 1]]  # the stop's, then the run's own end (it finds nothing left)
+    assert nodes.teardowns == [[0, 1]]  # the stop's: it left nothing, so the run's end does not look again
     assert (None, "Stopping: ending the containers on every node") in service_lines(job)
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
 
