@@ -8,7 +8,7 @@ console's Python, stage by stage, on the same lines (mpirun's tagged output, as 
 - store: the lines stored in batches of LOG_FLUSH_MAX_LINES, as the run stores them (jobs.logs.store:
   the job row locked, the cap counted, the cursor kept), beside the same rows inserted by the sqlite3
   module alone (one executemany a batch, one commit each);
-- monitor: the run's monitor reading every stored line back (jobs.logs.store.line_values_after) and
+- monitor: the run's monitor reading every stored line back (jobs.logs.store.lines_after) and
   looking for metrics in it, beside a bare SELECT of the same columns;
 - live follower: a page of the event stream as it is sent (jobs.logs.follow), beside the same bare SELECT.
 
@@ -58,7 +58,7 @@ def main() -> None:
     from django.db import connection
 
     from jobs.logs.follow import _event, line_payload
-    from jobs.logs.store import line_values_after, read_after, store_lines
+    from jobs.logs.store import lines_after, read_after, store_lines
     from jobs.models import CodeDirectory, Engine, EngineVersion, ResourceSpec, TrainingJob
     from jobs.results.metrics import MetricExtractor, default_metric_definitions
     from jobs.runtime.mpirun_output import MpirunOutput
@@ -127,7 +127,7 @@ def main() -> None:
     def monitor():
         def read():
             for start in range(0, args.lines, 10_000):
-                for line in line_values_after(stored, start, 10_000):
+                for line in lines_after(stored, start, 10_000):
                     extractor.extract(line.text)
         return read
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import statistics
@@ -69,12 +70,8 @@ async def floor_of_the_stop(nodes, image: str) -> float:
 
     async def on_node(node, argv: list[str], step: str, gated: bool) -> None:
         target = node.ssh_target()
-        async with await connect(target) as connection:
-            if gated:
-                async with gate:
-                    await run_checked(connection, target.label, step, argv)
-            else:
-                await run_checked(connection, target.label, step, argv)
+        async with await connect(target) as connection, gate if gated else contextlib.nullcontext():
+            await run_checked(connection, target.label, step, argv)
 
     name = "capacity-floor"
     await asyncio.gather(*(on_node(node, ["podman", "run", "--detach", "--pull=never", "--name", name, "--network",

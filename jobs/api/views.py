@@ -209,7 +209,7 @@ class TrainingJobLog(APIView):
             offset = max(int(request.query_params.get("offset", 0)), 0)
         except ValueError:
             return Response({"offset": ["Must be a whole number."]}, status=status.HTTP_400_BAD_REQUEST)
-        lines = list(lines_after(job.pk, offset, LOG_PAGE_LINES))
+        lines = lines_after(job.pk, offset, LOG_PAGE_LINES)
         body = "".join(render_line(line) + "\n" for line in lines)
         response = HttpResponse(body, content_type="text/plain; charset=utf-8")
         response["X-Next-Offset"] = str(lines[-1].seq if lines else offset)

@@ -276,16 +276,12 @@ def render_text(stream: str, rank: int | None, text: str) -> str:
     return text
 
 
-def render_line(line: LogLine) -> str:
+def render_line(line: LogLine | StoredLogLine) -> str:
     return render_text(line.stream, line.rank, line.text)
 
 
-def lines_after(job_id: int, after_seq: int, limit: int = 1000):
-    return LogLine.objects.filter(job_id=job_id, seq__gt=after_seq).order_by("seq")[:limit]
-
-
-def line_values_after(job_id: int, after_seq: int, limit: int) -> list[StoredLogLine]:
-    """The lines after a cursor, for the run's monitor, which reads every line of a log."""
+def lines_after(job_id: int, after_seq: int, limit: int = 1000) -> list[StoredLogLine]:
+    """The lines after a cursor, unfiltered: the run's monitor and the plain-text API read every line this way."""
     return _stored(LogLine.objects.filter(job_id=job_id, seq__gt=after_seq).order_by("seq")[:limit])
 
 

@@ -20,7 +20,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from jobs.launch.plan import worker_of_rank
-from jobs.logs.store import line_values_after, service_line
+from jobs.logs.store import lines_after, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
 from jobs.results.metrics import MetricExtractor, default_metric_definitions
 
@@ -137,7 +137,7 @@ class RunMonitor:
         batches = 0
         while max_batches is None or batches < max_batches:
             batches += 1
-            lines = line_values_after(self.job_id, self.cursor, READ_BATCH)
+            lines = lines_after(self.job_id, self.cursor, READ_BATCH)
             for line in lines:
                 self.cursor = line.seq
                 if line.rank is None or line.stream == LogStream.SYSTEM:

@@ -53,7 +53,6 @@ HEARTBEAT_SECONDS = 5.0
 WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
 # How often the preparation looks whether the job was stopped meanwhile.
 STOP_POLL_SECONDS = 1.0
-# How long a stop's own task is given to end the containers before the run ends them itself.
 
 T = TypeVar("T")
 

@@ -237,3 +237,21 @@ def test_runconsole_waits_for_the_server_where_it_listens():
     assert local_address("0.0.0.0") == "127.0.0.1"
     assert local_address("::") == "::1"
     assert local_address("10.0.0.5") == "10.0.0.5"
+
+
+def test_a_celery_worker_started_without_a_thread_count_runs_as_many_runs_as_WORKER_THREADS_says(
+        settings, monkeypatch, tmp_path):
+    from console import services
+    from console.celery import app
+
+    assert app.conf.worker_concurrency == settings.WORKER_THREADS
+    assert settings.RUN_SLOTS == settings.WORKER_THREADS  # one worker process, as `make run` starts
+    started: list[list[str]] = []
+
+    class Recorded:
+        def __init__(self, command, **_options):
+            started.append(command)
+
+    monkeypatch.setattr(services.subprocess, "Popen", Recorded)
+    services.start_celery_worker({}, tmp_path / "worker.log")
+    assert "--concurrency" not in started[0]  # so the worker reads WORKER_THREADS itself
