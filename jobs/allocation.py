@@ -202,9 +202,6 @@ def waiting_reason(job: TrainingJob) -> str:
     """
     if job.status != JobStatus.PENDING:
         return ""
-    if free_run_slots() <= 0:
-        return (f"the console runs at most {settings.RUN_SLOTS} job(s) at once (RUN_SLOTS) and all are running; "
-                f"position {queue_position(job)} in the queue")
     counts = node_counts(job)
     others = [f"{count} {label}" for count, label in
               ((counts.busy, "busy"), (counts.not_ready, "not ready"), (counts.draining, "draining")) if count]
@@ -218,4 +215,8 @@ def waiting_reason(job: TrainingJob) -> str:
     reason += f"; position {position} in the queue"
     if position > 1:
         reason += f", {position - 1} job(s) ahead"
+    # Beside the nodes, not instead of them: a free slot does not help a job whose nodes are missing.
+    if free_run_slots() <= 0:
+        reason += (f"; and every run slot is taken: {settings.RUN_SLOTS} job(s) being prepared, running or "
+                   "stopped, the most the console runs at once (RUN_SLOTS)")
     return reason

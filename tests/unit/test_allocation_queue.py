@@ -213,8 +213,11 @@ def test_no_more_jobs_start_than_the_consoles_workers_have_run_slots_and_the_nex
     assert dispatch_pending() == [jobs[0].pk, jobs[1].pk]
     waiting = TrainingJob.objects.get(pk=jobs[2].pk)
     assert waiting.status == JobStatus.PENDING
-    assert waiting_reason(waiting) == ("the console runs at most 2 job(s) at once (RUN_SLOTS) and all are running; "
-                                       "position 1 in the queue")
+    assert waiting_reason(waiting).endswith(
+        "2 free (2 busy); position 1 in the queue; and every run slot is taken: 2 job(s) being prepared, running "
+        "or stopped, the most the console runs at once (RUN_SLOTS)")
+    too_big = submit(cpu, node_count=9, name="too-big")
+    assert "the pool has only 4 node(s) of this spec" in waiting_reason(too_big)  # what a free slot would not mend
     assert Node.objects.filter(allocated_to__isnull=True).count() == 2
 
     TrainingJob.objects.filter(pk=jobs[0].pk).update(status=JobStatus.COMPLETED)
