@@ -58,7 +58,7 @@ PG_TESTS := tests/unit tests/integration/test_pipeline.py tests/integration/test
 # The browser tests run in a pytest of their own: Playwright's sync API keeps an event loop running
 # in the test thread, and the SSH code the other tests drive starts its own with asyncio.run().
 test: venv messages check images
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest tests/unit tests/integration tests/security
 	$(PY) -m pytest tests/browser
 	@if [ -n "$$POSTGRES_TEST_URL" ]; then \
 		echo "=== the same on PostgreSQL: $(PG_TESTS)"; \

@@ -21,7 +21,7 @@ from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
-from tests.fault_table import collect_fault_rows, record_fault_result, write_fault_table
+from tests.suite_tables import collect_rows, record_result, write_tables
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
 
 # TEST_RUN_ID (0-99) keeps test runs that share this machine apart: their own bridge, subnet and
@@ -198,15 +198,15 @@ def programs_dir():
 
 
 def pytest_collection_finish(session):
-    collect_fault_rows(session.items)
+    collect_rows(session.items)
 
 
 def pytest_runtest_logreport(report):
-    record_fault_result(report)
+    record_result(report)
 
 
 def pytest_terminal_summary(terminalreporter):
-    write_fault_table(terminalreporter)
+    write_tables(terminalreporter)
 
 
 def pytest_sessionfinish(session, exitstatus):

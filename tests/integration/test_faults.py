@@ -1,7 +1,7 @@
 """Faults injected on the local cluster, each with the outcome it must have, checked on the nodes.
 
 Every test here (and the fault tests elsewhere, by their `fault` marker) goes into the table of fault ->
-outcome printed at the end of the run (tests/fault_table.py).
+outcome printed at the end of the run (tests/suite_tables.py).
 """
 
 import asyncio
