@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from jobs import node_facts, tasks
+from jobs import node_facts, node_keys, tasks
 from jobs.images.availability import being_prepared, nodes_holding
 from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
@@ -208,14 +208,27 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = [DisplayStateFilter, "pool", "spec", "enabled"]
     search_fields = ["name", "address"]
     list_select_related = ["spec", "pool", "allocated_to"]
-    readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts"]
+    readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts",
+                       "login_key"]
     actions = ["check_now", "drain", "enable", "force_release"]
     fieldsets = [
         (None, {"fields": ["name", "spec", "pool", "labels"]}),
-        (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "private_key", "host_key"]}),
+        (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "login_key", "private_key", "host_key"]}),
         (_("Scheduling"), {"fields": ["enabled", "draining", "state_badge", "job"]}),
         (_("Health"), {"fields": ["last_seen", "last_checked_at", "last_check_message", "health_facts"]}),
     ]
+
+    def get_fieldsets(self, request, obj=None):
+        # The private key is a write-only form field. Without the change permission Django renders every field
+        # read-only from the model, and the model's `private_key` unseals: a viewer gets the key's public half.
+        if self.has_change_permission(request, obj):
+            return self.fieldsets
+        return [(title, {**options, "fields": [name for name in options["fields"] if name != "private_key"]})
+                for title, options in self.fieldsets]
+
+    @admin.display(description=_("login key"))
+    def login_key(self, node):
+        return node_keys.public_summary(node.sealed_private_key) or "-"
 
     @admin.display(description=_("SSH"))
     def endpoint(self, node):
@@ -272,23 +285,25 @@ class NodeAdmin(admin.ModelAdmin):
             self.message_user(request, _("Health check of %(node)s: %(state)s, %(message)s") % {
                 "node": result.node, "state": state, "message": result.message}, level)
 
-    @admin.action(description=_("Check the selected nodes now"))
+    @admin.action(description=_("Check the selected nodes now"), permissions=["change"])
     def check_now(self, request, queryset):
         self._report(request, tasks.check_nodes_now(queryset))
 
-    @admin.action(description=_("Drain the selected nodes (finish the current job, take no new one)"))
+    @admin.action(description=_("Drain the selected nodes (finish the current job, take no new one)"),
+                  permissions=["change"])
     def drain(self, request, queryset):
         count = queryset.update(draining=True)
         self.message_user(request, _("%(count)s node(s) draining.") % {"count": count})
 
-    @admin.action(description=_("Force release the selected nodes (their job has ended or is gone)"))
+    @admin.action(description=_("Force release the selected nodes (their job has ended or is gone)"),
+                  permissions=["change"])
     def force_release(self, request, queryset):
         return confirm_force_release(
             self, request, queryset, "force_release", force_release_node,
             _("A node is freed only when no live job holds it; it stays out of service until a health check "
               "has removed what its last job left."))
 
-    @admin.action(description=_("Enable the selected nodes (and stop draining them)"))
+    @admin.action(description=_("Enable the selected nodes (and stop draining them)"), permissions=["change"])
     def enable(self, request, queryset):
         count = queryset.update(enabled=True, draining=False)
         tasks.wake_dispatcher()

@@ -46,6 +46,9 @@ def collect_rows(items: list[pytest.Item]) -> None:
             marker = item.get_closest_marker(table.marker)
             if marker is not None:
                 tried, required = marker.args
+                callspec = getattr(item, "callspec", None)
+                if callspec is not None:  # one row per case of a parametrized test, named by its case
+                    tried = f"{tried} [{callspec.id}]"
                 table.rows[item.nodeid] = Row(tried, required, item.nodeid.split("::")[-1])
 
 
