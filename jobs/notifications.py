@@ -72,12 +72,31 @@ def signature_of(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a translator or the host itself may reach:
+# IPv4-compatible (::a.b.c.d, deprecated but still routed by some stacks) and the NAT64 prefixes (RFC 6052,
+# RFC 8215), which `is_global` calls global whatever IPv4 address they carry.
+IPV4_EMBEDDING_PREFIXES = tuple(ipaddress.ip_network(prefix) for prefix in ("::/96", "64:ff9b::/96", "64:ff9b:1::/48"))
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches in the end, where it carries one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if any(address in prefix for prefix in IPV4_EMBEDDING_PREFIXES) and int(address) & 0xFFFFFFFF:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
-        # ::ffff:127.0.0.1 and the like reach the IPv4 address they carry.
-        mapped = address.ipv4_mapped or address.sixtofour
-        if mapped is not None:
-            return _is_public(mapped)
+        # ::ffff:127.0.0.1, ::127.0.0.1, 64:ff9b::7f00:1 and the like reach the IPv4 address they carry.
+        carried = embedded_ipv4(address)
+        if carried is not None:
+            return _is_public(carried)
     return address.is_global and not address.is_multicast
 
 
