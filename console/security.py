@@ -10,12 +10,15 @@
   fields and not to the uploaded files: code directories may be large); a query string holding a NUL is a
   400 (no filter means one, and PostgreSQL cannot hold it in a query).
 - FailureCounter / client_address: failures per client address (bad API tokens) in the cache, for the
-  API's authentication and the log stream.
+  API's authentication and the log stream. A lockout stops guessing from that address, not the people
+  who share it: a token that has already authenticated from the address keeps working (the way a
+  "device cookie" lets a known browser past a login lockout), only tokens it has not seen wait.
 
-The client's address is REMOTE_ADDR: behind a reverse proxy, uvicorn puts the client's own address there
-from X-Forwarded-For when the proxy is one it trusts (`--forwarded-allow-ips`, 127.0.0.1 by default).
+The client's address is REMOTE_ADDR: uvicorn takes X-Forwarded-For and X-Forwarded-Proto only from the
+proxies listed in TRUSTED_PROXIES (none by default), so a client cannot choose the address it is counted as.
 """
 
+import hashlib
 import time
 
 from django.conf import settings
@@ -24,6 +27,8 @@ from django.http import HttpResponse, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 
 API_PREFIX = "/api/"
+# How long a token that authenticated from an address stays known there (renewed at each success).
+KNOWN_TOKEN_SECONDS = 30 * 24 * 3600
 # What an API error answered outside DRF says, by status; others say their reason phrase.
 API_ERROR_DETAILS = {
     400: "Bad request.",
@@ -117,6 +122,15 @@ class FailureCounter:
         key = f"console:{self.name}:{address}"
         return f"{key}:count", f"{key}:since"
 
+    def _known_key(self, address: str, token: str) -> str:
+        # A digest, never the token: the cache may be a Redis that others can read.
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        return f"console:{self.name}:{address}:known:{digest}"
+
+    def remember_success(self, address: str, token: str) -> None:
+        """The token authenticated from this address: a later lockout of the address does not refuse it."""
+        cache.set(self._known_key(address, token), 1, timeout=KNOWN_TOKEN_SECONDS)
+
     def record(self, address: str) -> None:
         count_key, since_key = self._keys(address)
         cache.add(since_key, time.time(), timeout=self.window)
@@ -126,11 +140,13 @@ class FailureCounter:
         except ValueError:  # expired between add and incr: this failure opens a new window
             cache.set(count_key, 1, timeout=self.window)
 
-    def seconds_refused(self, address: str) -> int:
-        """0 when the address may try; otherwise how long it is still refused."""
+    def seconds_refused(self, address: str, token: str = "") -> int:
+        """0 when the address may try this token; otherwise how long it is still refused."""
         count_key, since_key = self._keys(address)
         values = cache.get_many([count_key, since_key])
         if values.get(count_key, 0) < self.limit:
+            return 0
+        if token and cache.get(self._known_key(address, token)):
             return 0
         since = values.get(since_key, time.time())
         return max(int(since + self.window - time.time()) + 1, 1)
@@ -146,6 +162,12 @@ def presents_token(request) -> bool:
     """Whether the request tries a token (`Token ...` or `Bearer ...`), well formed or not."""
     header = request.META.get("HTTP_AUTHORIZATION", "")
     return header.split(" ", 1)[0].lower() in ("token", "bearer")
+
+
+def presented_token(request) -> str:
+    """The token the request presents (empty when none): what a lockout looks up among the known ones."""
+    scheme, _space, value = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return value.strip() if scheme.lower() in ("token", "bearer") else ""
 
 
 def token_refusal_detail(seconds: int) -> str:

@@ -23,7 +23,7 @@ from rest_framework.exceptions import APIException, AuthenticationFailed, ParseE
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 
-from console.security import client_address, presents_token, token_failures, token_refusal_detail
+from console.security import client_address, presented_token, presents_token, token_failures, token_refusal_detail
 from jobs.api.auth import HashedTokenAuthentication
 from jobs.paging import IdsFirst
 
@@ -130,22 +130,26 @@ class ThrottledTokenAuthentication(HashedTokenAuthentication):
     """The console's token authentication, with failures counted per client address.
 
     After API_TOKEN_FAILURE_LIMIT bad tokens within API_TOKEN_FAILURE_WINDOW_SECONDS, every token from
-    that address is refused with a 429 (and Retry-After) until the window ends, a good one included, so
-    that guessing cannot go on at the limit's pace by mixing in a known token.
+    that address that has not authenticated from it before is refused with a 429 (and Retry-After) until
+    the window ends, without being looked at: guessing stops, while the users who share the address (all
+    of them, behind a proxy that is not trusted) go on with the tokens they already use.
     """
 
     def authenticate(self, request):
         if not presents_token(request):
             return super().authenticate(request)
-        address = client_address(request)
-        wait = token_failures.seconds_refused(address)
+        address, token = client_address(request), presented_token(request)
+        wait = token_failures.seconds_refused(address, token)
         if wait:
             raise Throttled(wait=wait, detail=token_refusal_detail(wait))
         try:
-            return super().authenticate(request)
+            authenticated = super().authenticate(request)
         except AuthenticationFailed:
             token_failures.record(address)
             raise
+        if authenticated is not None:
+            token_failures.remember_success(address, token)
+        return authenticated
 
 
 def field_naming_exception_handler(exc, context):
