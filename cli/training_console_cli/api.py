@@ -1,8 +1,10 @@
 """The console's JSON API over the standard library's HTTP, with its errors turned into one-line messages."""
 
 import http.client
+import ipaddress
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -39,9 +41,44 @@ def error_text(body: bytes, status: int) -> str:
     return " | ".join(parts).replace("\n", " ") or f"HTTP {status}"
 
 
+def origin_of(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    default_port = 443 if parts.scheme == "https" else 80
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or default_port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only within the configured console's origin (scheme, host and port): the token is
+    a password, and urllib would send it on to whatever host a redirect names, or over plain HTTP."""
+
+    def __init__(self, console_url: str):
+        self.console_url = console_url
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if origin_of(newurl) != origin_of(self.console_url):
+            fp.close()
+            raise CliError(f"the console at {self.console_url} redirected to {newurl}, which is not the console; "
+                           "the token was not sent there (set the console's own URL with `tc login --url`)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 class Client:
     def __init__(self, settings: Settings):
         self.settings = settings
+        self.opener = urllib.request.build_opener(SameOriginRedirects(settings.url))
+        _scheme, host, _port = origin_of(settings.url)
+        if settings.url.startswith("http://") and not is_loopback(host):
+            print(f"tc: warning: {settings.url} is plain HTTP: the token and the jobs' data cross the network "
+                  "unencrypted; use the console's https:// address", file=sys.stderr)
 
     def url(self, path: str, query: dict | None = None) -> str:
         pairs = [(key, value) for key, value in (query or {}).items() if value is not None]
@@ -56,7 +93,7 @@ class Client:
         request = urllib.request.Request(self.url(path, query), data=body, method=method, headers={
             "Authorization": f"Token {self.settings.token}", "User-Agent": f"tc/{__version__}", **(headers or {})})
         try:
-            return urllib.request.urlopen(request, timeout=timeout)
+            return self.opener.open(request, timeout=timeout)
         except urllib.error.HTTPError as error:
             with error:
                 message = error_text(error.read(), error.code)
