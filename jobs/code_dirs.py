@@ -631,12 +631,13 @@ def unpack(archive: Path | IO[bytes], destination: Path, limits: Limits | None =
 def create_from_archive(name: str, archive: Path | IO[bytes], owner=None, sharing: str = CodeDirectory.Sharing.PRIVATE,
                         shared_with=None) -> CodeDirectory:
     """An uploaded archive as a new code directory of the owner's, private unless said otherwise."""
-    problem = name_refusal(name)
+    problem = name_refusal(name, owner)
     if problem:
         raise ArchiveRejected(problem, field="name")
     if sharing not in CodeDirectory.Sharing.values:
         raise ArchiveRejected(f"Choose one of {', '.join(CodeDirectory.Sharing.values)}.", field="sharing")
-    root = Path(settings.CODE_DIRS_ROOT)
+    # Each owner's directories in a folder of their own: two users may each have a "train".
+    root = Path(settings.CODE_DIRS_ROOT) / (f"user-{owner.pk}" if owner is not None else "shared")
     root.mkdir(parents=True, exist_ok=True)
     destination = root / name
     with tempfile.TemporaryDirectory(prefix=".upload-", dir=root) as holding:
@@ -659,15 +660,15 @@ def create_from_archive(name: str, archive: Path | IO[bytes], owner=None, sharin
 
 
 def _name_taken(name: str) -> ArchiveRejected:
-    return ArchiveRejected(f"A code directory named {name!r} already exists; code directory names are unique "
-                           "across all users, so choose another.", field="name")
+    return ArchiveRejected(f"You already have a code directory named {name!r}; choose another name.", field="name")
 
 
-def name_refusal(name: str) -> str | None:
-    """What is wrong with a new code directory's name, or None: its form, and that it is not taken."""
+def name_refusal(name: str, owner=None) -> str | None:
+    """What is wrong with a new code directory's name, or None: its form, and that the owner has none of that
+    name (other users' names are theirs to reuse and are never revealed)."""
     if not NAME_RE.fullmatch(name or ""):
         return "Use 1 to 64 letters, digits, '-' or '_'."
-    if CodeDirectory.objects.filter(name=name).exists():
+    if CodeDirectory.objects.filter(name=name, owner=owner).exists():
         return str(_name_taken(name))
     return None
 
@@ -676,12 +677,11 @@ def register(name: str, path: Path, owner=None, sharing: str = CodeDirectory.Sha
     files = [entry for entry in path.rglob("*") if entry.is_file()]
     with transaction.atomic():
         code_dir, _ = CodeDirectory.objects.update_or_create(
-            name=name,
+            name=name, owner=owner,
             defaults={
                 "path": str(path),
                 "file_count": len(files),
                 "size_bytes": sum(entry.stat().st_size for entry in files),
-                "owner": owner,
                 "sharing": sharing,
             },
         )

@@ -6,6 +6,7 @@ from itertools import zip_longest
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import Case, IntegerField, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -34,6 +35,9 @@ BUILDER_MESSAGES = {
 # A job's name follows the same rule as a hyperparameter's: 1-64 of letters, digits, '-' and '_'.
 NAME_RE = PARAM_NAME_RE
 MAX_ENV_VARS = 100
+# Variables reach every rank through mpirun's environment on every node: bounded like the parameters.
+ENV_VALUE_MAX_CHARS = 4096
+ENV_TOTAL_MAX_CHARS = 32768
 # Hyperparameters travel as arguments of mpirun's command line on every node: bounded, and plain text (no
 # NUL, which no argument can hold; no control character but tab, which terminals and logs would act on; no
 # unpaired surrogate, which is not text and could not be shown or stored).
@@ -104,6 +108,8 @@ class NameOrIdChoiceField(forms.ModelChoiceField):
     def __init__(self, queryset, name_lookups: tuple[str, ...], **kwargs):
         super().__init__(queryset, **kwargs)
         self.name_lookups = name_lookups
+        # Which of several objects of one name a name means: by default the newest.
+        self.name_order: tuple[str, ...] = ("-pk",)
 
     def to_python(self, value):
         if value in self.empty_values:
@@ -114,7 +120,7 @@ class NameOrIdChoiceField(forms.ModelChoiceField):
             if found:
                 return found
         for lookup in self.name_lookups:
-            found = self.queryset.filter(**{lookup: text}).order_by("-pk").first()
+            found = self.queryset.filter(**{lookup: text}).order_by(*self.name_order).first()
             if found:
                 return found
         raise ValidationError(_("%(value)s is not one of the available choices."), code="invalid_choice", params={"value": text})
@@ -149,7 +155,12 @@ class TrainingJobForm(forms.Form):
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
         # A job runs only a code directory its owner may see; with no user, only everyone's.
-        self.fields["code_dir"].queryset = visible_code_dirs(user)
+        # Names are unique per owner, so a name may be the user's own and someone's shared one: the own wins.
+        code_dirs = visible_code_dirs(user)
+        if user is not None and user.is_authenticated:
+            code_dirs = code_dirs.annotate(users_own=Case(When(owner=user, then=1), default=0, output_field=IntegerField()))
+            self.fields["code_dir"].name_order = ("-users_own", "-pk")
+        self.fields["code_dir"].queryset = code_dirs
         if not self.is_bound:
             self.initial.setdefault("name", generated_job_name())
             self.initial.setdefault("node_count", 1)
@@ -273,6 +284,10 @@ class TrainingJobForm(forms.Form):
                 problems.append(problem)
             else:
                 cleaned[name] = str(item_value)
+        total = sum(len(name) + len(text) for name, text in cleaned.items())
+        if total > ENV_TOTAL_MAX_CHARS:
+            problems.append(ValidationError(_("The environment variables are longer than %(max)s characters in all."),
+                                            params={"max": ENV_TOTAL_MAX_CHARS}))
         if problems:
             raise ValidationError(problems)
         return cleaned
@@ -287,6 +302,9 @@ class TrainingJobForm(forms.Form):
         if not isinstance(item_value, (str, int, float, bool)):
             return ValidationError(_("The value of %(name)s must be text or a number."), params={"name": name})
         text = str(item_value)
+        if len(text) > ENV_VALUE_MAX_CHARS:
+            return ValidationError(_("The value of %(name)s is longer than %(max)s characters."),
+                                   params={"name": name, "max": ENV_VALUE_MAX_CHARS})
         if any(character in text for character in "\n\r\0"):
             return ValidationError(_("The value of %(name)s cannot hold a line break or a NUL."), params={"name": name})
         reason = user_variable_problem(name, text)

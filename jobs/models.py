@@ -283,7 +283,9 @@ class CodeDirectory(models.Model):
         EVERYONE = "everyone", _("Everyone")
         GROUP = "group", _("A group")
 
-    name = models.CharField(max_length=64, unique=True)
+    # Unique per owner, not across users: a name taken by someone else's private directory must not tell
+    # that it exists. The shipped examples (no owner) are unique among themselves.
+    name = models.CharField(max_length=64)
     path = models.CharField(max_length=1024)
     file_count = models.PositiveIntegerField(default=0)
     size_bytes = models.PositiveBigIntegerField(default=0)
@@ -296,6 +298,11 @@ class CodeDirectory(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="code_dir_name_unique_per_owner"),
+            models.UniqueConstraint(fields=["name"], condition=models.Q(owner__isnull=True),
+                                    name="code_dir_name_unique_among_examples"),
+        ]
 
     def __str__(self) -> str:
         return self.name

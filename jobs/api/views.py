@@ -85,7 +85,7 @@ class CodeDirList(APIView):
         name = (request.data.get("name") or "").strip()
         archive = request.FILES.get("archive")
         errors = {}
-        name_problem = name_refusal(name)
+        name_problem = name_refusal(name, request.user)
         if name_problem:
             errors["name"] = [name_problem]
         sharing = CodeDirSharingSerializer(

@@ -255,12 +255,17 @@ def test_sharing_with_a_group_needs_a_group_of_the_owners_and_nothing_else_can_b
     assert (code_dir.name, code_dir.sharing, code_dir.shared_with) == ("mine", PRIVATE, None)
 
 
-def test_a_name_taken_by_anyone_is_refused_saying_that_names_are_unique(catalogue, owner, stranger, tmp_path):
-    code_dir = code_dir_of(owner, "taken", tmp_path)
+def test_a_name_is_refused_only_when_its_uploader_already_has_one_of_that_name(catalogue, owner, stranger, tmp_path,
+                                                                              settings):
+    settings.CODE_DIRS_ROOT = str(tmp_path / "code-dirs")
+    code_dir_of(owner, "taken", tmp_path)
 
-    response = api_client(stranger).post("/api/v1/code-dirs", {"name": "taken", "archive": small_zip()}, format="multipart")
+    again = api_client(owner).post("/api/v1/code-dirs", {"name": "taken", "archive": small_zip()}, format="multipart")
+    theirs = api_client(stranger).post("/api/v1/code-dirs", {"name": "taken", "archive": small_zip()}, format="multipart")
 
-    assert response.status_code == 400
-    assert "unique" in response.json()["name"][0]
-    code_dir.refresh_from_db()
-    assert code_dir.owner == owner and (tmp_path / "registered" / "taken" / "train.py").exists()
+    assert again.status_code == 400 and "You already have" in again.json()["name"][0]
+    assert theirs.status_code == 201, theirs.content
+    assert {(item.owner.username, item.name) for item in CodeDirectory.objects.filter(name="taken")} == {
+        ("owner", "taken"), ("stranger", "taken")}
+
+

@@ -87,7 +87,10 @@ def escaped(tmp_path: Path) -> list[Path]:
 
 
 def nothing_left(root: Path) -> bool:
-    return not CodeDirectory.objects.exists() and (not root.exists() or not any(root.iterdir()))
+    """No code directory recorded, and nothing on disk but the (empty) folders of each owner's directories."""
+    owner_folders = list(root.iterdir()) if root.exists() else []
+    return not CodeDirectory.objects.exists() and all(
+        folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()) for folder in owner_folders)
 
 
 # Links, and what is written through them ------------------------------------------------------------
@@ -238,10 +241,12 @@ def test_an_archive_of_one_folder_becomes_that_folder_and_others_are_kept_whole(
     assert upload(owner, zip_of(("train.py", "1"), ("lib/util.py", "2")), name="flat").status_code == 201
 
     one, flat = (CodeDirectory.objects.get(name=name) for name in ("one", "flat"))
-    assert Path(one.path) == uploads / "one" and (uploads / "one" / "lib" / "util.py").read_text() == "2"
+    owners_folder = uploads / f"user-{owner.pk}"
+    assert Path(one.path) == owners_folder / "one" and (owners_folder / "one" / "lib" / "util.py").read_text() == "2"
     assert sorted(p.name for p in Path(flat.path).iterdir()) == ["lib", "train.py"]
     assert (one.file_count, one.size_bytes) == (2, 2)
-    assert sorted(path.name for path in uploads.iterdir()) == ["flat", "one"], "no scratch folder is left"
+    assert sorted(path.name for path in owners_folder.iterdir()) == ["flat", "one"], "no scratch folder is left"
+    assert [path.name for path in uploads.iterdir()] == [owners_folder.name]
 
 
 def test_a_tar_made_of_its_folder_s_dot_keeps_its_files(owner, uploads):
@@ -249,7 +254,7 @@ def test_a_tar_made_of_its_folder_s_dot_keeps_its_files(owner, uploads):
                      member("./lib/util.py", b"2"))
 
     assert upload(owner, archive).status_code == 201
-    assert sorted(path.name for path in (uploads / "mycode").iterdir()) == ["lib", "train.py"]
+    assert sorted(path.name for path in (uploads / f"user-{owner.pk}" / "mycode").iterdir()) == ["lib", "train.py"]
 
 
 # Limits -------------------------------------------------------------------------------------------
