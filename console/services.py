@@ -80,6 +80,27 @@ def start_celery_beat(env: dict[str, str], log_path: Path, preexec_fn: Callable[
                             preexec_fn=preexec_fn)
 
 
+def web_server_command(host: str, port: int, log_level: str = "info") -> list[str]:
+    """uvicorn serving the console, with the console's own HTTP/1.1 protocol: h11 with a deadline on each
+    request's headers (console.request_limits), which plain uvicorn does not have."""
+    return [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
+            "--http", "console.request_limits:HeaderDeadlineH11Protocol", "--log-level", log_level]
+
+
+def start_web_server(port: int, env: dict[str, str], log_path: Path | None = None, host: str = "127.0.0.1",
+                     log_level: str = "warning", preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """The web server as `runconsole` starts it, once it answers on its port."""
+    log = open(log_path, "ab") if log_path is not None else None
+    process = subprocess.Popen(web_server_command(host, port, log_level), cwd=BASE_DIR, env={**os.environ, **env},
+                               stdout=log, stderr=subprocess.STDOUT if log else None, preexec_fn=preexec_fn)
+    try:
+        wait_for_port("127.0.0.1" if host in ("0.0.0.0", "") else host, port, 30, process)
+    except BaseException:
+        stop(process)
+        raise
+    return process
+
+
 def stop(process: subprocess.Popen | None, timeout: float = 15) -> None:
     if process is None or process.poll() is not None:
         return

@@ -222,6 +222,13 @@ API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 10, minimum=1)
 API_TOKEN_FAILURE_WINDOW_SECONDS = env_int("API_TOKEN_FAILURE_WINDOW_SECONDS", 300, minimum=1)
 # Live log streams (Server-Sent Events) one user may hold open at once; the next is a 429.
 LOG_STREAMS_PER_USER = env_int("LOG_STREAMS_PER_USER", 20, minimum=1)
+# How slowly a client may send a request (console.request_limits): its headers within
+# REQUEST_HEADER_TIMEOUT_SECONDS, its body with no pause longer than REQUEST_BODY_IDLE_TIMEOUT_SECONDS and
+# within REQUEST_BODY_TIMEOUT_SECONDS in all (a code-directory upload within CODE_DIR_UPLOAD_TIMEOUT_SECONDS).
+REQUEST_HEADER_TIMEOUT_SECONDS = env_int("REQUEST_HEADER_TIMEOUT_SECONDS", 10, minimum=1)
+REQUEST_BODY_IDLE_TIMEOUT_SECONDS = env_int("REQUEST_BODY_IDLE_TIMEOUT_SECONDS", 30, minimum=1)
+REQUEST_BODY_TIMEOUT_SECONDS = env_int("REQUEST_BODY_TIMEOUT_SECONDS", 60, minimum=1)
+CODE_DIR_UPLOAD_TIMEOUT_SECONDS = env_int("CODE_DIR_UPLOAD_TIMEOUT_SECONDS", 3600, minimum=1)
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("pt-br", "Português (Brasil)")]

@@ -5,7 +5,6 @@ Its children are supervised: one that crashes is started again, and none outlive
 
 import signal
 import subprocess
-import sys
 import time
 from urllib.parse import urlparse
 
@@ -64,9 +63,9 @@ class Command(BaseCommand):
             children.add("celery worker", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker.log", preexec_fn=end_with_parent))
             children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log", end_with_parent))
+            # uvicorn with the console's own HTTP protocol (a deadline on each request's headers).
             web = children.add("web server", lambda: subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
-                 "--log-level", "info"], cwd=settings.BASE_DIR, preexec_fn=end_with_parent))
+                services.web_server_command(host, port), cwd=settings.BASE_DIR, preexec_fn=end_with_parent))
             services.wait_for_port(local_address(host), port, 30, web.process)
             shown = "localhost" if host in ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost") else host
             shown = f"[{shown}]" if ":" in shown else shown
