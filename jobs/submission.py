@@ -3,6 +3,7 @@
 The job pages, the API and the admin all submit and stop through here.
 """
 
+import secrets
 from functools import partial
 
 from django.db import IntegrityError, transaction
@@ -17,9 +18,11 @@ from jobs.results.metrics import default_metric_definitions
 
 
 def sshd_port_for(job_id: int, defaults: LauncherDefaults) -> int:
-    # Nodes are exclusive to a job, so the port only has to differ from the node's own services.
+    """A job's sshd port, drawn at random from the administrator's range: the job's id no longer picks it
+    (30000 + id told everyone the port of every job, and MindSpore's scheduler port, this one + 1000).
+    Nodes are exclusive to a job, so the port only has to differ from the node's own services."""
     span = max(defaults.sshd_port_max - defaults.sshd_port_min + 1, 1)
-    return defaults.sshd_port_min + job_id % span
+    return defaults.sshd_port_min + secrets.randbelow(span)
 
 
 def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
