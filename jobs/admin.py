@@ -372,6 +372,7 @@ class LauncherDefaultsAdmin(admin.ModelAdmin):
         (_("mpirun options"), {"fields": ["bind_args", "x_args", "mca_args"]}),
         (_("Tune file and job sshd"), {"fields": ["tune_prefixes", "sshd_port_min", "sshd_port_max"]}),
         (_("Logs, watchdog and outputs"), {"fields": ["log_cap_bytes", "watchdog_seconds", "watchdog_may_stop", "outputs_max_bytes"]}),
+        (_("Jobs' network"), {"fields": ["job_allowed_destinations"]}),
     ]
 
     def has_add_permission(self, request):

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
+from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import SshTarget
 from jobs.logs.progress import JobProgressPublisher
 from jobs.results.rank_records import describe_outcome
@@ -241,6 +242,13 @@ class LauncherDefaults(models.Model):
         default=1024**3,
         help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends."),
     )
+    job_allowed_destinations = models.TextField(
+        blank=True,
+        help_text=_("Where a job's containers may connect beyond the job's own workers, one destination a line: "
+                    "an address or network, then optionally a port or a range, e.g. '10.20.0.0/16' (object "
+                    "storage), '192.0.2.10 5000' (a registry), '192.0.2.53 53' (DNS). Everything else, the "
+                    "console and other jobs' nodes included, is refused. Applies to jobs started after the change."),
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -262,6 +270,10 @@ class LauncherDefaults(models.Model):
             allowed_options(self.extra_options_allowed)
         except CommandError as error:
             errors["extra_options_allowed"] = error.message
+        try:
+            parse_allowed_destinations(self.job_allowed_destinations)
+        except PolicyError as error:
+            errors["job_allowed_destinations"] = str(error)
         prefixes = [prefix.strip() for prefix in self.tune_prefixes.split(",")]
         if any(not ENV_NAME_RE.match(prefix) for prefix in prefixes):
             errors["tune_prefixes"] = _("Give variable-name prefixes separated by commas, such as MA_,PATH.")

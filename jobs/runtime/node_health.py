@@ -12,15 +12,17 @@ import asyncio
 import logging
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncssh
 from django.conf import settings
 from django.utils import timezone
 
+from jobs.launch.network_policy import table_name
 from jobs.launch.plan import SshTarget
 from jobs.models import FINAL_STATES, LauncherDefaults, Node, Worker
 from jobs.node_facts import NodeFacts, parse_facts, socket_ifnames, spec_contradictions
+from jobs.runtime.network_policy import listed_tables, remove_tables
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect, host_key_line
 
@@ -61,6 +63,16 @@ def leftover_workdirs(node_id: int, names: list[str], work_root: str) -> dict[st
     return {name: known.get(name, "") for name in names}
 
 
+def leftover_policies(node_id: int, tables: list[str]) -> list[str]:
+    """This node's network policies that no live job of the node owns: a teardown that could not remove
+    them. Left there, one would refuse the next job's traffic to its own workers."""
+    if not tables:
+        return []
+    live = Worker.objects.filter(node_id=node_id).exclude(job__status__in=FINAL_STATES).exclude(container_name="")
+    owned = {table_name(name) for name in live.values_list("container_name", flat=True)}
+    return sorted(set(tables) - owned)
+
+
 # ---- Talking to nodes ----
 
 @dataclass(frozen=True)
@@ -71,6 +83,9 @@ class Probe:
     facts: NodeFacts | None = None
     error: str = ""
     host_key: str = ""
+    # The job network policies on the node; policy_problem says why the node cannot hold one (no nft).
+    policy_tables: tuple[str, ...] = ()
+    policy_problem: str = ""
 
 
 async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames: list[str]) -> Probe:
@@ -81,6 +96,7 @@ async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames:
             # The script goes on stdin: the command line (and every SSH log line) stays short.
             result = await connection.run(shlex.join(["sh", "-s", "--", work_root]), input=FACTS_SCRIPT,
                                           check=False, timeout=HEALTH_COMMAND_TIMEOUT)
+            tables, policy_problem = await listed_tables(connection)
     except NodeError as error:
         return Probe(node_id, error=str(error))
     except TimeoutError:
@@ -90,7 +106,8 @@ async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames:
     if result.exit_status != 0:
         detail = str(result.stderr or "").strip()[-500:]
         return Probe(node_id, error=f"{target.label}: health check failed: exit status {result.exit_status}: {detail}")
-    return Probe(node_id, facts=parse_facts(str(result.stdout or ""), wanted_ifnames), host_key=seen_key)
+    return Probe(node_id, facts=parse_facts(str(result.stdout or ""), wanted_ifnames), host_key=seen_key,
+                 policy_tables=tuple(tables or ()), policy_problem=policy_problem)
 
 
 async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted_ifnames: list[str]) -> list[Probe]:
@@ -136,6 +153,8 @@ def record(node: Node, result: Probe) -> CheckResult:
         state, message = Node.State.NOT_READY, "podman, the container runtime jobs run in, is not installed"
     elif leftovers:
         state, message = Node.State.NOT_READY, "containers of ended jobs are still there: " + "; ".join(leftovers)
+    elif result.policy_problem:
+        state, message = Node.State.NOT_READY, result.policy_problem
     else:
         state, message = Node.State.READY, ""
     summary = message or ("reachable; " + "; ".join(warnings) if warnings else "reachable, matches its spec")
@@ -167,8 +186,39 @@ def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
         asyncio.run(remove_leftovers(cleaned, leftovers))
         probes.update({result.node_id: result
                        for result in asyncio.run(probe_all(cleaned, settings.NODE_WORK_ROOT, wanted))})
+    probes.update(_without_leftover_policies(targets, probes))
     probes.update(unreadable)
     return [record(node, probes[node.pk]) for node in nodes]
+
+
+def _without_leftover_policies(targets: list[tuple[int, SshTarget]], probes: dict[int, Probe]) -> dict[int, Probe]:
+    """Remove the network policies ended jobs left (once their containers are gone: a container that
+    outlived its job stays fenced); a node whose leftovers cannot be removed says so."""
+    leftovers = {node_id: tables for node_id, result in probes.items()
+                 if result.facts and not leftover_names(result.facts, node_id)
+                 and (tables := leftover_policies(node_id, list(result.policy_tables)))}
+    if not leftovers:
+        return {}
+    problems = asyncio.run(remove_leftover_policies(
+        [(node_id, target) for node_id, target in targets if node_id in leftovers], leftovers))
+    return {node_id: replace(probes[node_id], policy_problem=f"network policies of ended jobs are still there "
+                                                             f"({', '.join(leftovers[node_id])}): {problem}")
+            for node_id, problem in problems.items() if problem}
+
+
+async def remove_leftover_policies(targets: list[tuple[int, SshTarget]], leftovers: dict[int, list[str]]) -> dict[int, str]:
+    """Delete each node's leftover policy tables; {node id: why not} ("" where done)."""
+    async def one(node_id: int, target: SshTarget) -> tuple[int, str]:
+        logger.info("%s: removing the network policies %s, left by ended jobs", target.label, leftovers[node_id])
+        try:
+            connection = await connect(target)
+            async with connection:
+                problem = await remove_tables(connection, target.label, leftovers[node_id])
+        except (NodeError, TimeoutError, OSError, asyncssh.Error) as error:
+            problem = str(error) or type(error).__name__
+        return node_id, problem
+
+    return dict(await asyncio.gather(*(one(node_id, target) for node_id, target in targets)))
 
 
 async def remove_leftovers(targets: list[tuple[int, SshTarget]], leftovers: dict[int, dict[str, str]]) -> None:

@@ -19,6 +19,7 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
 from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, run_argv
+from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
@@ -152,6 +153,8 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
 
+        # The node's network policy is in place before any process of the job runs there.
+        await apply_policy(connection, plan, worker, JOB_UID)
         try:
             output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
         except NodeError as error:

@@ -38,6 +38,7 @@ from jobs.runtime.ending import move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import LaunchCursor, launch
 from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
+from jobs.runtime.network_policy import ALLOWED_DESTINATIONS, allowed_destinations
 from jobs.runtime.outputs import collect_outputs
 from jobs.runtime.ownership import followed_by_a_live_run
 from jobs.runtime.preparation import prepare_all
@@ -234,6 +235,8 @@ class JobRun:
 
     async def prepare_unless_stopped(self) -> None:
         """Prepare every worker; a stop meanwhile cuts it short (an image load or a pull can take minutes)."""
+        # Read in the run's own thread; the preparation's task takes the value with its context.
+        ALLOWED_DESTINATIONS.set(await in_database(allowed_destinations))
         preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker))
         while True:
             done, _ = await asyncio.wait([preparing], timeout=STOP_POLL_SECONDS)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from jobs.launch.plan import WorkerPlan
 from jobs.results.rank_records import RankRecord, parse_rank_records
+from jobs.runtime.network_policy import remove_policy
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
@@ -57,6 +58,11 @@ class CleanupReport(TypedDict):
     workers: list[WorkerCleanup]
 
 
+def _nothing_left(result: asyncssh.SSHCompletedProcess) -> bool:
+    lines = str(result.stdout or "").strip().splitlines()
+    return bool(lines) and lines[-1].strip() == "left=0"
+
+
 async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
     try:
         connection = await connect(worker.node)
@@ -68,6 +74,8 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
                 check=False,
                 timeout=settings.SSH_COMMAND_TIMEOUT,
             )
+            # The network policy goes with the container: a container that outlives its teardown stays fenced.
+            policy_problem = await remove_policy(connection, worker) if _nothing_left(result) else ""
     except NodeError as error:
         return TeardownResult(worker.index, None, str(error))
     except (TimeoutError, OSError, asyncssh.Error) as error:
@@ -76,7 +84,8 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
     lines = output.strip().splitlines()
     left = LEFT_LINE.match(lines[-1].strip()) if lines else None
     if left:
-        return TeardownResult(worker.index, int(left.group(1)), rank_records=parse_rank_records(output, worker.index))
+        return TeardownResult(worker.index, int(left.group(1)), f"{worker.node.label}: {policy_problem}" if policy_problem else "",
+                              rank_records=parse_rank_records(output, worker.index))
     return TeardownResult(worker.index, None, f"{worker.node.label}: stop script said {output[-500:]!r} {result.stderr!r}")
 
 
