@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -189,8 +190,9 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
             },
-            # A file, not memory: the Celery worker the integration tests start must see it.
-            "TEST": {"NAME": str(VAR_DIR / "test-console.sqlite3")},
+            # A file, not memory: the Celery worker the integration tests start must see it. One per
+            # TEST_RUN_ID, so that test runs sharing a machine never share it.
+            "TEST": {"NAME": str(VAR_DIR / f"test-console-{env_int('TEST_RUN_ID', 0, minimum=0)}.sqlite3")},
         }
     }
     # The database file (and the WAL files SQLite makes beside it with its mode) for the console's account only.
@@ -288,6 +290,18 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 # hands a job whose run stopped beating to a live worker, which follows it on (jobs.runtime.launcher).
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Early acks would let a worker whose threads are all busy keep taking runs into its own buffer while
+# another worker has free threads: with this a worker takes no more tasks than it has threads (Redis only).
+CELERY_WORKER_DISABLE_PREFETCH = True
+# Runs (hours long, one thread each) and control work (seconds: dispatch, stops, the reaper, node checks,
+# notifications) on queues of their own, each served by its own worker process, so that a full set of runs
+# never delays a stop, a check or a dispatch, and a burst of control work never takes a run's thread. A
+# worker started without `-Q` serves both.
+# Each queue its own exchange and key: Celery binds a queue given without them to the default queue's,
+# and a message would then reach both.
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("control", "runs")]
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 # Keep Django's logging (with each record's task id) in the worker instead of Celery's own format.

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from jobs import node_facts, node_keys, tasks
+from jobs import node_facts, node_keys, task_queue
 from jobs.images.availability import being_prepared, nodes_holding
 from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
@@ -270,24 +270,21 @@ class NodeAdmin(admin.ModelAdmin):
             node.state, node.state_message = Node.State.NOT_READY, "waiting for its first health check"
         super().save_model(request, node, form, change)
         if not change or CONNECTION_FIELDS & set(form.changed_data):
-            # After the commit: a check takes seconds, and the row must not stay locked meanwhile.
-            transaction.on_commit(lambda: self._report(request, tasks.check_nodes_now([node])))
+            # By a worker after the commit, never in the request: SSH takes seconds, and may hang until its timeout.
+            node_ids = [node.pk]
+            transaction.on_commit(lambda: self._queue_check(request, node_ids))
 
-    def _report(self, request, results):
-        for result in results:
-            if not result.ready:
-                level = messages.ERROR
-            elif result.warnings:
-                level = messages.WARNING
-            else:
-                level = messages.SUCCESS
-            state = _("Ready") if result.ready else _("NotReady")
-            self.message_user(request, _("Health check of %(node)s: %(state)s, %(message)s") % {
-                "node": result.node, "state": state, "message": result.message}, level)
+    def _queue_check(self, request, node_ids: list[int]) -> None:
+        if task_queue.check_nodes_soon(node_ids):
+            self.message_user(request, _("A health check of %(count)s node(s) is queued: their state and facts "
+                                         "show in the list within seconds.") % {"count": len(node_ids)})
+        else:
+            self.message_user(request, _("The health check could not be queued (is the broker up?); the periodic "
+                                         "check will come."), messages.WARNING)
 
     @admin.action(description=_("Check the selected nodes now"), permissions=["change"])
     def check_now(self, request, queryset):
-        self._report(request, tasks.check_nodes_now(queryset))
+        self._queue_check(request, list(queryset.values_list("pk", flat=True)))
 
     @admin.action(description=_("Drain the selected nodes (finish the current job, take no new one)"),
                   permissions=["change"])
@@ -306,7 +303,7 @@ class NodeAdmin(admin.ModelAdmin):
     @admin.action(description=_("Enable the selected nodes (and stop draining them)"), permissions=["change"])
     def enable(self, request, queryset):
         count = queryset.update(enabled=True, draining=False)
-        tasks.wake_dispatcher()
+        task_queue.wake_dispatcher()
         self.message_user(request, _("%(count)s node(s) enabled.") % {"count": count})
 
 
@@ -499,7 +496,7 @@ def confirm_force_release(model_admin, request, queryset, action: str, release, 
             refused.append(f"{item}: {error}")
     if released:
         model_admin.message_user(request, _("Force released: %(items)s") % {"items": ", ".join(released)})
-        transaction.on_commit(tasks.check_nodes_soon)
+        transaction.on_commit(task_queue.check_nodes_soon)
     if refused:
         model_admin.message_user(request, _("Not released: %(items)s") % {"items": "; ".join(refused)}, messages.WARNING)
     return None

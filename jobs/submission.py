@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from jobs import tasks
+from jobs import task_queue
 from jobs.access import STOP_OTHERS, ensure_may, visible_jobs
 from jobs.forms import TrainingJobForm
 from jobs.models import JobEvent, LauncherDefaults, TrainingJob
@@ -79,7 +79,7 @@ def submit_job_once(form: TrainingJobForm, owner, idempotency_key: str) -> tuple
             # The queue is in commit order: a submission that commits later queues later, whenever it began.
             transaction.on_commit(partial(_stamp_queued, job))
             # The broker may be away: the job is kept all the same, and the periodic dispatch queues it.
-            transaction.on_commit(tasks.wake_dispatcher)
+            transaction.on_commit(task_queue.wake_dispatcher)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -99,9 +99,9 @@ def request_stop(job: TrainingJob) -> None:
     """
     finished = job.terminate()
     if finished:
-        transaction.on_commit(tasks.wake_dispatcher)
+        transaction.on_commit(task_queue.wake_dispatcher)
     else:
-        transaction.on_commit(partial(tasks.queue_stop, job.pk))
+        transaction.on_commit(partial(task_queue.queue_stop, job.pk))
 
 
 def stop_visible_job(user, pk: int) -> TrainingJob:

@@ -1,4 +1,6 @@
-"""Celery tasks: thin entry points into the stages. The only module that calls into jobs.runtime."""
+"""Celery tasks: thin entry points into the stages. The only module that calls into jobs.runtime; the stages
+that ask for work queue these by name (jobs.task_queue), runs on the "runs" queue and the rest on "control"
+(console/settings.py)."""
 
 import logging
 from collections.abc import Iterable
@@ -67,31 +69,16 @@ def take_up_lost_runs(**_) -> None:
         logger.warning("could not queue the reaper at start", exc_info=True)
 
 
-def queue_stop(job_id: int) -> None:
-    try:
-        stop_job.apply_async((job_id,), retry=False)
-    except Exception:  # noqa: BLE001 - the job's own run ends its containers when it sees the stop
-        logger.warning("could not queue the stop of job %s", job_id, exc_info=True)
-
-
-def check_nodes_soon() -> None:
-    """A health check of every node now, in a worker (it removes what force-released jobs left)."""
-    try:
-        check_nodes.apply_async(retry=False)
-    except Exception:  # noqa: BLE001 - the periodic check comes anyway
-        logger.warning("could not queue a node check", exc_info=True)
-
-
 def wake_dispatcher() -> None:
     try:
-        # No retries: a request must not wait on a broker that is away.
+        # No retries: whoever asks must not wait on a broker that is away.
         dispatch_pending_jobs.apply_async(retry=False)
-    except Exception:  # noqa: BLE001 - the periodic dispatch catches up; a check must not fail for it
+    except Exception:  # noqa: BLE001 - the periodic dispatch catches up
         logger.warning("could not queue a dispatch", exc_info=True)
 
 
 def check_nodes_now(nodes: Iterable[Node]) -> list[CheckResult]:
-    """Health-check these nodes in this process (the admin's "check now"); a node found ready may take a queued job."""
+    """Health-check these nodes in this process; a node found ready may take a queued job."""
     results = node_health.check_nodes(nodes)
     if any(result.ready for result in results):
         wake_dispatcher()

@@ -1,0 +1,35 @@
+"""Asks the Celery workers for work by the tasks' names, so that what asks (the pages, the API, the admin,
+the submission) imports neither the tasks nor the runtime they drive (`.importlinter` holds it to that).
+
+Each call queues without retries: a request must not wait on a broker that is away, and each has a
+safety net (the periodic dispatch, the job's own run seeing its stop, the periodic node check).
+"""
+
+import logging
+
+from celery import current_app
+
+logger = logging.getLogger(__name__)
+
+
+def _queue(task: str, *args: object) -> bool:
+    try:
+        current_app.send_task(task, args=args, retry=False)
+    except Exception:  # noqa: BLE001 - any broker failure: the safety net named above catches up
+        logger.warning("could not queue %s%s", task, args, exc_info=True)
+        return False
+    return True
+
+
+def wake_dispatcher() -> bool:
+    return _queue("jobs.tasks.dispatch_pending_jobs")
+
+
+def queue_stop(job_id: int) -> bool:
+    """A worker ends the containers of a job no live run follows (a followed job's run ends them itself)."""
+    return _queue("jobs.tasks.stop_job", job_id)
+
+
+def check_nodes_soon(node_ids: list[int] | None = None) -> bool:
+    """A health check of these nodes (every enabled one with None) by a worker, within seconds."""
+    return _queue("jobs.tasks.check_nodes", node_ids)
