@@ -87,6 +87,18 @@ def node_form(local, spec, **overrides) -> dict:
     return data
 
 
+def checked(node: Node, timeout: float = 90) -> Node:
+    """The node once a worker's health check, queued by the admin, has recorded it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fresh = Node.objects.get(pk=node.pk)
+        if fresh.last_checked_at is not None and fresh.last_checked_at != node.last_checked_at:
+            time.sleep(0.5)  # the check writes its facts, then the state: both are in by now
+            return Node.objects.get(pk=node.pk)
+        assert time.monotonic() < deadline, f"no health check of {node.name} within {timeout} s"
+        time.sleep(0.2)
+
+
 def run_action(client, changelist: str, action: str, objects) -> str:
     response = client.post(changelist, {"action": action, "_selected_action": [obj.pk for obj in objects]},
                            follow=True)
@@ -99,18 +111,22 @@ def local_openmpi_version() -> str:
     return re.search(r"Open MPI\)?\s+v?(\S+)", first_line).group(1)
 
 
-def test_a_node_the_operator_adds_is_checked_over_ssh_and_is_ready_with_what_it_reported(
-        admin_client, health_cluster, local_cpu):
+def test_a_node_the_operator_adds_is_checked_over_ssh_by_a_worker_and_is_ready_with_what_it_reported(
+        admin_client, health_cluster, local_cpu, celery_worker):
     local = health_cluster["nodes"][0]
     key_text = local.private_key_path.read_text()
 
+    started = time.monotonic()
     response = admin_client.post("/admin/jobs/node/add/", node_form(local, local_cpu, labels="rack=a1\nzone=lab"),
                                  follow=True)
+    answered = time.monotonic() - started
 
     assert response.status_code == 200
-    assert f"Health check of {local.name}: Ready, reachable, matches its spec" in response.content.decode()
-    node = Node.objects.get(name=local.name)
+    assert "health check of 1 node(s) is queued" in response.content.decode()
+    node = checked(Node.objects.get(name=local.name))
     assert node.display_state == "Ready", node.state_message
+    assert node.state_message == "" and "reachable, matches its spec" in node.last_check_message
+    assert answered < 5, f"the page waited {answered:.1f} s: the check must not run in the request"
     assert node.host_key == local.host_public_key, "the host key seen on first contact is pinned"
     assert node.last_seen is not None and node.last_checked_at is not None
     assert node.labels == {"rack": "a1", "zone": "lab"}
@@ -150,14 +166,15 @@ def test_the_operator_edits_a_node_without_retyping_its_key_and_the_saved_key_is
 
 
 def test_a_node_whose_sshd_is_stopped_becomes_not_ready_with_the_reason(admin_client, health_cluster, cluster,
-                                                                       local_cpu):
+                                                                       local_cpu, celery_worker):
     local = health_cluster["nodes"][1]
     node = register(local, local_cpu)
     cluster.stop_sshd(local.name)
 
-    page = run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
+    run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
 
-    node.refresh_from_db()
+    node = checked(node)
+    page = admin_client.get(NODE_CHANGELIST).content.decode()
     assert node.display_state == "NotReady"
     assert node.state_message == (
         f"{local.name}: SSH to {local.address}:22 failed: connection refused (is sshd running?)")
@@ -181,27 +198,29 @@ def test_an_address_where_nothing_answers_is_not_ready_within_the_timeout(admin_
     assert elapsed < 2 * 2 + 2, f"the check took {elapsed:.1f} s"
 
 
-def test_a_node_that_shows_another_host_key_than_the_pinned_one_is_refused(admin_client, health_cluster, local_cpu):
+def test_a_node_that_shows_another_host_key_than_the_pinned_one_is_refused(admin_client, health_cluster, local_cpu,
+                                                                          celery_worker):
     local = health_cluster["nodes"][0]
     other_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().strip()
 
-    response = admin_client.post("/admin/jobs/node/add/", node_form(local, local_cpu, host_key=other_key), follow=True)
+    admin_client.post("/admin/jobs/node/add/", node_form(local, local_cpu, host_key=other_key), follow=True)
 
-    node = Node.objects.get(name=local.name)
+    node = checked(Node.objects.get(name=local.name))
     assert node.display_state == "NotReady"
     assert "the host key does not match the pinned key" in node.state_message
     assert node.host_key == other_key, "a refused key must not replace the pinned one"
-    assert "host key does not match" in response.content.decode()
+    assert "host key does not match" in admin_client.get(NODE_CHANGELIST).content.decode()
 
 
-def test_what_contradicts_the_spec_is_flagged_in_the_node_list(admin_client, health_cluster):
+def test_what_contradicts_the_spec_is_flagged_in_the_node_list(admin_client, health_cluster, celery_worker):
     promised = ResourceSpec.objects.create(name="v100-ib", gpu_count=8, gpu_model="NVIDIA-V100", cpu_cores=1,
                                            memory_gb=1, network=Network.INFINIBAND)
     node = register(health_cluster["nodes"][0], promised)
 
-    page = run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
+    run_action(admin_client, NODE_CHANGELIST, "check_now", [node])
 
-    node.refresh_from_db()
+    node = checked(node)
+    page = admin_client.get(NODE_CHANGELIST).content.decode()
     assert node.display_state == "Ready", "a contradiction is flagged, the node is still reachable"
     assert "⚠ 0 GPU(s) found, the spec promises 8" in page
     assert "⚠ no InfiniBand device on an InfiniBand flavor" in page
