@@ -309,6 +309,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
+    # The outbox of end notifications: what a broker that was away kept from going out.
+    "sweep-end-notices": {"task": "jobs.tasks.sweep_end_notices", "schedule": 30.0},
     "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs",
                            "schedule": float(env_int("REAPER_INTERVAL_SECONDS", 15, minimum=1))},
     # Reach every enabled node, record what it has, and take unreachable ones out of scheduling.

@@ -7,16 +7,14 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import SshTarget
-from jobs.logs.progress import JobProgressPublisher
-from jobs.results.rank_records import describe_outcome
 
-from .notifications import notify_job_ended
 from .secret_box import open_secret, seal_secret
 
 
@@ -324,6 +322,11 @@ class IllegalTransition(Exception):
     pass
 
 
+# Sent once a job's change of state is committed, with `job_id` and `status`: the later stages listen
+# (the live progress channel, the end notification; jobs.apps connects them), the models import none of them.
+job_state_changed = Signal()
+
+
 class JobStatus(models.TextChoices):
     CREATING = "Creating", _("Creating")
     PENDING = "Pending", _("Pending")
@@ -425,6 +428,8 @@ class TrainingJob(models.Model):
     stop_reason = models.CharField(max_length=16, choices=StopReason.choices, blank=True, default=StopReason.USER)
     # The "why it failed" card (jobs.results.failure_card), empty for a job that did not fail.
     failure = models.JSONField(default=dict, blank=True)
+    # The job ended and its owner has not been notified yet (see jobs.notifications).
+    end_notice_pending = models.BooleanField(default=False)
     # What the teardown found on each node: {checked_at, clean, workers: [{worker, node, clean, processes_left, problem}]}.
     cleanup_report = models.JSONField(default=dict, blank=True)
     # What became of train_url: {state, message, kept_files, kept_bytes, total_files, total_bytes, limit_bytes}.
@@ -494,6 +499,9 @@ class TrainingJob(models.Model):
             fields.setdefault("started_at", now)
         if JobStatus(to) in FINAL_STATES:
             fields.setdefault("ended_at", now)
+            # The outbox: written with the end itself, so the owner hears of it even if the broker is away
+            # when it is committed (the periodic sweep queues what is still pending).
+            fields.setdefault("end_notice_pending", True)
         if message:
             fields["status_message"] = message
         with transaction.atomic():
@@ -502,11 +510,9 @@ class TrainingJob(models.Model):
                 current = TrainingJob.objects.filter(pk=self.pk).values_list("status", flat=True).first()
                 raise IllegalTransition(f"job {self.pk} cannot go from {current} to {to}")
             JobEvent.objects.create(job_id=self.pk, kind=f"state:{to}", message=message or to)
-            # Every change of state, whoever makes it, wakes the job's followers once it is committed.
+            # Every change of state, whoever makes it, is told once it is committed (followers, notifications).
             job_id = self.pk
-            transaction.on_commit(lambda: JobProgressPublisher(job_id).state_changed(to))
-            # A job that ended tells its owner (their webhook, their e-mail), if they listen.
-            transaction.on_commit(lambda: notify_job_ended(job_id, to))
+            transaction.on_commit(lambda: job_state_changed.send(sender=TrainingJob, job_id=job_id, status=to))
         self.status = to
         for key, value in fields.items():
             setattr(self, key, value)
@@ -656,10 +662,6 @@ class RankOutcome(models.Model):
 
     def __str__(self) -> str:
         return f"rank {self.rank} of job {self.job_id}"
-
-    @property
-    def description(self) -> str:
-        return describe_outcome(self)
 
 
 class MetricPoint(models.Model):

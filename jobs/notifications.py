@@ -1,9 +1,11 @@
 """Telling a user that a job of theirs ended: a signed POST to their webhook, and an e-mail where one is configured.
 
-`notify_job_ended` is what a state change calls once committed; it only queues the Celery task
-(jobs.tasks.notify_job_ended), by name, so that the models and the stages that import them never import
-the tasks. The task calls `deliver_job_ended`, which never raises: a receiver that is down, slow or wrong
-is written on the webhook's last result and nothing else.
+A job's end is recorded with an outbox flag (`TrainingJob.end_notice_pending`, set in the same update as
+the final state). `notify_job_ended` listens to the models' `job_state_changed` and only queues the Celery
+task (jobs.tasks.notify_job_ended) by name; a broker that is away then leaves the flag set, and the
+periodic `sweep_end_notices` queues it again. The task calls `deliver_end_notice`, which claims the flag
+(so a notice queued twice is delivered once) and runs `deliver_job_ended`, which never raises: a receiver
+that is down, slow or wrong is written on the webhook's last result and nothing else.
 
 Webhook calls go to addresses checked first (jobs.notifications.check_url): http or https only, and, unless
 WEBHOOK_ALLOW_PRIVATE, no loopback, private, link-local or otherwise non-public address among any the host
@@ -357,19 +359,50 @@ def _listened_to(job_id: int) -> bool:
     return bool(settings.EMAIL_HOST) and TrainingJob.objects.filter(pk=job_id).exclude(owner__email="").exists()
 
 
-def notify_job_ended(job_id: int, status: str | None = None) -> None:
-    """Queues the notification of a job that ended; a `status` that is not final is ignored (the task checks again)."""
+def notify_job_ended(job_id: int, status: str | None = None, **_signal: object) -> None:
+    """Queues the notification of a job that ended; a `status` that is not final is ignored (the task checks again).
+
+    Connected to jobs.models.job_state_changed (jobs.apps); the sweep calls it for what is still pending."""
     try:
         from celery import current_app
 
-        from jobs.models import FINAL_STATES
+        from jobs.models import FINAL_STATES, TrainingJob
 
         if status is not None and status not in FINAL_STATES:
             return
         # Most users ask for nothing: their jobs' ends cost a query here, not a message through the broker.
         if not _listened_to(job_id):
+            TrainingJob.objects.filter(pk=job_id).update(end_notice_pending=False)
             return
-        # By name: importing jobs.tasks here would tie the models to the runtime.
+        # By name: importing jobs.tasks here would tie this stage to the runtime.
         current_app.send_task("jobs.tasks.notify_job_ended", args=(job_id,), retry=False)
-    except Exception:  # noqa: BLE001 - a broker that is away must not fail a state change
+    except Exception:  # noqa: BLE001 - a broker that is away must not fail a state change; the sweep comes back
         logger.warning("could not queue the notification of job %s", job_id, exc_info=True)
+
+
+def deliver_end_notice(job_id: int) -> None:
+    """What the Celery task runs: the notice of one ended job, once, however often it was queued."""
+    from jobs.models import TrainingJob
+
+    if TrainingJob.objects.filter(pk=job_id, end_notice_pending=True).update(end_notice_pending=False):
+        deliver_job_ended(job_id)
+
+
+# A notice queued on commit is normally delivered within a second: the sweep leaves it that long first.
+SWEEP_GRACE_SECONDS = 15
+
+
+def sweep_end_notices() -> list[int]:
+    """Queue again the notices of jobs that ended a while ago and are still pending (the broker was away)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import TrainingJob
+
+    before = timezone.now() - timedelta(seconds=SWEEP_GRACE_SECONDS)
+    pending = list(TrainingJob.objects.filter(end_notice_pending=True, ended_at__lt=before)
+                   .order_by("ended_at").values_list("pk", flat=True)[:500])
+    for job_id in pending:
+        notify_job_ended(job_id)
+    return pending

@@ -97,4 +97,10 @@ def check_nodes(node_ids: list[int] | None = None) -> None:
 @shared_task(ignore_result=True)
 def notify_job_ended(job_id: int) -> None:
     """Tell a job's owner it ended (queued by name from jobs.notifications once the final state is committed)."""
-    notifications.deliver_job_ended(job_id)
+    notifications.deliver_end_notice(job_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_end_notices() -> list[int]:
+    """Queue the end notices a broker that was away kept from going out."""
+    return notifications.sweep_end_notices()

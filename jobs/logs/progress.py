@@ -76,6 +76,11 @@ class JobProgressPublisher:
         self._publish(StateChanged(kind="state", status=status))
 
 
+def publish_state_change(job_id: int, status: str, **_signal: object) -> None:
+    """Wakes a job's live followers when its state changes (connected to jobs.models.job_state_changed)."""
+    JobProgressPublisher(job_id).state_changed(status)
+
+
 # redis.asyncio connections belong to the event loop that opened them.
 _async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis]" = weakref.WeakKeyDictionary()
 

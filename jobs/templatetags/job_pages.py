@@ -10,6 +10,7 @@ from jobs.card_words import card_words as say_card_words
 from jobs.job_display import PREPARATION_STEPS, badge, translated_message
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 from jobs.results.failure_card import plain_words
+from jobs.results.rank_records import describe_outcome
 
 register = template.Library()
 
@@ -17,6 +18,12 @@ register = template.Library()
 @register.filter
 def state_badge(status: str) -> str:
     return badge(status)
+
+
+@register.filter
+def rank_end(outcome) -> str:
+    """How a rank ended, in words (a RankOutcome), for the per-rank table."""
+    return describe_outcome(outcome)
 
 
 @register.filter

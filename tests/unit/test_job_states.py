@@ -168,3 +168,23 @@ def test_a_stopped_job_whose_run_beats_is_left_to_its_run(job):
 
     assert reap_orphaned_jobs().ended == []
     assert TrainingJob.objects.get(pk=job.pk).status == JobStatus.TERMINATING
+
+
+def test_a_committed_change_of_state_is_announced_to_the_later_stages_that_listen(make_job, monkeypatch,
+                                                                                 django_capture_on_commit_callbacks):
+    from jobs import notifications
+    from jobs.logs import progress
+
+    heard: list = []
+    monkeypatch.setattr(progress.JobProgressPublisher, "state_changed",
+                        lambda publisher, status: heard.append(("progress", publisher.job_id, status)))
+    monkeypatch.setattr(notifications, "_listened_to", lambda job_id: heard.append(("notifications", job_id)) or False)
+    job = make_job(status=JobStatus.CREATING)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job.transition(JobStatus.RUNNING)
+        assert heard == [], "nothing is told before the commit"
+    with django_capture_on_commit_callbacks(execute=True):
+        job.finish(1)
+
+    assert heard == [("progress", job.pk, "Running"), ("progress", job.pk, "Failed"), ("notifications", job.pk)]

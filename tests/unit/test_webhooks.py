@@ -14,7 +14,7 @@ import pytest
 from django.core import mail
 
 from jobs import notifications
-from jobs.models import JobStatus, Webhook
+from jobs.models import JobStatus, TrainingJob, Webhook
 from jobs.secret_box import open_secret, seal_secret
 
 pytestmark = pytest.mark.django_db
@@ -528,3 +528,40 @@ def test_https_reaches_a_trusted_receiver_by_name_at_the_checked_address(tls_rec
     [call] = tls_receiver.requests
     assert call["headers"]["Host"] == f"localhost:{tls_receiver.server.server_address[1]}"
     assert Webhook.objects.get(user=owner).last_result == "HTTP 200 OK"
+
+
+# The outbox: an end whose notice could not be queued is queued again by the sweep, and delivered once.
+
+def test_an_end_notice_the_broker_missed_is_queued_by_the_sweep_and_delivered_once(monkeypatch, receiver, owner,
+                                                                                   make_job):
+    from datetime import timedelta
+
+    from celery import current_app
+    from django.utils import timezone
+
+    hook_of(owner, receiver.url)
+    job = ended_job(make_job)
+
+    def away(*args, **kwargs):
+        raise ConnectionError("broker away")
+
+    monkeypatch.setattr(current_app, "send_task", away)
+    notifications.notify_job_ended(job.pk, JobStatus.FAILED)  # what the commit of the end ran
+    assert TrainingJob.objects.get(pk=job.pk).end_notice_pending
+
+    sent: list = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs["args"][0]))
+    assert notifications.sweep_end_notices() == [], "a fresh end is left to the notice queued on its commit"
+    TrainingJob.objects.filter(pk=job.pk).update(ended_at=timezone.now() - timedelta(minutes=1))
+    assert notifications.sweep_end_notices() == [job.pk] and sent == [job.pk]
+
+    notifications.deliver_end_notice(job.pk)
+    notifications.deliver_end_notice(job.pk)  # queued twice (the commit's and the sweep's): delivered once
+    assert len(receiver.requests) == 1
+    assert not TrainingJob.objects.get(pk=job.pk).end_notice_pending
+
+
+def test_an_end_nobody_listens_to_is_not_left_pending(queued, owner, make_job):
+    job = ended_job(make_job)
+    notifications.notify_job_ended(job.pk, JobStatus.FAILED)
+    assert queued == [] and not TrainingJob.objects.get(pk=job.pk).end_notice_pending
