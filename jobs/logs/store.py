@@ -20,6 +20,8 @@ from jobs.logs.progress import JobProgressPublisher
 from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
 
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
+# mpirun's own lines (not a rank's): what it says of a launch, a failure, an abort.
+MPIRUN_LINE_PREFIX = "[mpirun] "
 # How many sequence numbers one filtered read may look at; a sparse filter answers in steps of this.
 SCAN_WINDOW = 20000
 DOWNLOAD_CHUNK_LINES = 5000
@@ -266,14 +268,16 @@ def neutralise_controls(text: str) -> str:
 
 
 def render_text(stream: str, rank: int | None, text: str) -> str:
-    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged, and terminal
-    controls neutralised (this is the text of the download and of the plain-text API)."""
+    """A line as the per-worker log files show it: the platform's lines marked, ranks tagged, mpirun's own
+    lines tagged too, and terminal controls neutralised (this is the text of the download and of the
+    plain-text API). Only the console's own lines (the system stream, which nothing a job prints can
+    reach) start with the platform's mark: every line of the job's output starts with its source's tag."""
     text = neutralise_controls(text)
     if stream == LogStream.SYSTEM:
         return f"{SERVICE_LOG_PREFIX}{text}"
     if rank is not None:
         return f"[rank {rank}] {text}"
-    return text
+    return f"{MPIRUN_LINE_PREFIX}{text}"
 
 
 def render_line(line: LogLine | StoredLogLine) -> str:

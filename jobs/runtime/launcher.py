@@ -1,11 +1,14 @@
-"""Launch: mpirun started detached in worker-0's container, its output followed by byte offset into the log.
+"""Launch: mpirun started detached on worker-0's node, its output followed by byte offset into the log.
 
-mpirun does not hang on the console's SSH session: run-mpirun.sh starts it in a session of its own,
-with its stdout and stderr in files of the container's run folder (rank tags kept) and its exit status
-in a third. The console follows the two files from byte offsets that are stored with the lines they
-cover (TrainingJob.launch_cursor, see LogSink.add_many), so a console process that takes up a Running
-job after another one went away (a crash, a deploy, a reboot of its host) goes on where the stored log
-ends: no line lost, none stored twice. A session that is cut is simply followed again.
+mpirun does not hang on the console's SSH session, and how it ends is not the job's to say: the node's
+root starts run-mpirun.sh, which runs `podman exec` of mpirun in worker-0's container as the job's user
+from a wrapper in a session of its own, outside the container, with mpirun's stdout and stderr in files
+of a root-owned run folder beside the job's home (rank tags kept) and podman exec's exit status, which
+is mpirun's, in a third. No process of the job can write those files or signal the wrapper: a Completed
+job is one whose mpirun exited 0. The console follows the two files from byte offsets that are stored
+with the lines they cover (TrainingJob.launch_cursor, see LogSink.add_many), so a console process that
+takes up a Running job after another one went away (a crash, a deploy, a reboot of its host) goes on
+where the stored log ends: no line lost, none stored twice. A session that is cut is simply followed again.
 """
 
 import asyncio
@@ -19,20 +22,28 @@ from typing import TypedDict, cast
 import asyncssh
 from django.conf import settings
 
-from jobs.launch.plan import JobPlan
+from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.logs.sink import LogSink
 from jobs.logs.store import LogRecord
 from jobs.models import LogStream
-from jobs.runtime.containers import CONTAINER_HOME
+from jobs.runtime.containers import CONTAINER_HOME, JOB_UID
 from jobs.runtime.mpirun_output import MpirunOutput, ReaderState
-from jobs.runtime.preparation import NODE_SCRIPTS
+from jobs.runtime.preparation import NODE_SCRIPTS, environment_file
 from jobs.runtime.ssh import NodeError, connect
 from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
 
 logger = logging.getLogger(__name__)
 
-RUN_DIR = f"{CONTAINER_HOME}/.console/run"
 RUN_SCRIPT = (NODE_SCRIPTS / "run-mpirun.sh").read_text()
+# Where seal-tools.sh puts the launch's programs in each container, unreadable to the job: mpirun, orted
+# and ssh run from there as non-dumpable processes, which no rank can open (/proc/<pid>/fd) or trace to
+# write into mpirun's output beside it.
+SEALED_TOOLS = "/opt/training-console/bin"
+# Run in the container as the job's user: the sealed programs first, where the image let them be sealed.
+SEALED_LAUNCH = (f'dir={SEALED_TOOLS}; '
+                 '[ -x "$dir/orted" ] && export OMPI_MCA_orte_launch_agent="$dir/orted"; '
+                 '[ -x "$dir/ssh" ] && export OMPI_MCA_plm_rsh_agent="$dir/ssh"; '
+                 'PATH="$dir:$PATH" exec "$@"')
 ENDED_WITHOUT_STATUS = 76
 EXIT_CODE = re.compile(r"[0-9]{1,3}", re.ASCII)
 FOLLOW_RETRY_SECONDS = 1.0
@@ -106,6 +117,24 @@ class FollowEnd:
 CUT = FollowEnd(ended=False)
 
 
+def run_dir(worker: WorkerPlan) -> str:
+    """The run folder on the worker's node: root's, beside the job's home (the container mounts only home)."""
+    return f"{worker.workdir}/run"
+
+
+def launch_environment(plan: JobPlan, worker: WorkerPlan) -> str:
+    """mpirun's variables, as an env file: the worker's platform variables (what its sshd gives every
+    session from ~/.ssh/environment) and the account's. In a file of the run folder, not on podman's
+    command line, which every account of the node may read."""
+    return environment_file({"HOME": CONTAINER_HOME, "USER": plan.user, "LOGNAME": plan.user, **worker.env})
+
+
+def podman_exec_argv(plan: JobPlan, worker: WorkerPlan, folder: str) -> list[str]:
+    """mpirun in the worker's container as the job's user, from the sealed programs where there are some."""
+    return ["podman", "exec", "--user", f"{JOB_UID}:{JOB_UID}", "--workdir", plan.working_dir,
+            "--env-file", f"{folder}/env", worker.container_name, "sh", "-c", SEALED_LAUNCH, "sh", *plan.argv]
+
+
 class Follow:
     """Start mpirun on worker-0 (once) and follow its output until it ends, across cut sessions."""
 
@@ -113,6 +142,7 @@ class Follow:
         self.plan = plan
         self.sink = sink
         self.stopping = stopping
+        self.run_dir = run_dir(plan.workers[0])
         cursor = cursor or {}
         self.files = {STDOUT: FollowedFile(LogStream.STDOUT, plan, cursor.get("stdout")),
                       STDERR: FollowedFile(LogStream.STDERR, plan, cursor.get("stderr"))}
@@ -123,7 +153,8 @@ class Follow:
     async def run(self) -> int | None:
         """mpirun's exit code; None when it ended without one (it was killed) or the job was stopped meanwhile."""
         started = False
-        target = self.plan.container_target(self.plan.workers[0])
+        # The node itself, as its root: the run folder and the wrapper are out of the container's reach.
+        target = self.plan.workers[0].node
         while True:
             end = CUT
             try:
@@ -148,9 +179,11 @@ class Follow:
     async def start(self, connection: asyncssh.SSHClientConnection) -> bool:
         """Start mpirun; False when the session failed before it could tell (the start is tried again:
         one that already happened does nothing). A start that the script refuses fails the run."""
-        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", RUN_DIR, self.plan.working_dir, *self.plan.argv]
+        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", self.run_dir,
+                *podman_exec_argv(self.plan, self.plan.workers[0], self.run_dir)]
         try:
-            result = await connection.run(shlex.join(argv), check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
+            result = await connection.run(shlex.join(argv), input=launch_environment(self.plan, self.plan.workers[0]),
+                                          check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
         except (TimeoutError, OSError, asyncssh.Error) as error:
             logger.info("job %s: starting mpirun: %s; trying again", self.plan.job_id, error)
             return False
@@ -160,14 +193,14 @@ class Follow:
         return True
 
     async def exit_status(self, connection: asyncssh.SSHClientConnection) -> FollowEnd:
-        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", RUN_DIR]
+        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", self.run_dir]
         try:
             result = await connection.run(shlex.join(argv), check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
         except (TimeoutError, OSError, asyncssh.Error) as error:
             logger.info("job %s: reading mpirun's status: %s; following again", self.plan.job_id, error)
             return CUT
         await self.finish()
-        # The file is the job's own: what it holds is read as a small number or not at all.
+        # Written by the wrapper from podman exec's status; read as a small number or not at all.
         code = str(result.stdout or "").strip()
         return FollowEnd(ended=True, exit_code=int(code) if EXIT_CODE.fullmatch(code) else None)
 
@@ -175,7 +208,7 @@ class Follow:
         out, err = self.files[STDOUT], self.files[STDERR]
         out.reopen()
         err.reopen()
-        command = shlex.join(["sh", "-c", RUN_SCRIPT, "run-mpirun", "follow", RUN_DIR, str(out.offset), str(err.offset)])
+        command = shlex.join(["sh", "-c", RUN_SCRIPT, "run-mpirun", "follow", self.run_dir, str(out.offset), str(err.offset)])
         try:
             channel, output = await connection.create_session(BoundedOutput, command, encoding=None)
         except (OSError, asyncssh.Error) as error:

@@ -9,6 +9,10 @@ out as "[1,3]<stdout>:text[1,3]<stdout>:" + newline, and another rank's piece ca
 So the output is read as a stream of tags, text and newlines: text belongs to the rank of the last
 tag on its physical line, and a rank's line is complete when a newline follows a piece of that rank.
 Text before any tag on a physical line is mpirun's own (failures to launch, aborts; it runs on worker-0).
+Every tag in the stream is mpirun's: a rank's output reaches Open MPI through its agent's sealed filter,
+which breaks anything tag-shaped that the rank printed ("[1,3] <stdout>:"), and no process of the job
+can write into mpirun's output beside it (see node_scripts/seal-tools.sh and rank-agent.sh). Only ASCII
+digits make a tag, as the filter sees them.
 Each rank's unfinished line is held up to a limit, so memory does not grow with a line that never ends.
 """
 
@@ -23,9 +27,9 @@ from jobs.launch.plan import worker_of_rank
 from jobs.logs.store import LogRecord
 from jobs.models import LogStream
 
-TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+TAG = re.compile(r"\[([0-9]+),([0-9]+)\]<(stdout|stderr|stddiag)>:")
 # What the end of a chunk may hold of a tag that the next chunk completes.
-TAG_START = re.compile(r"\[\d*(?:,\d*(?:\](?:<[a-z]*>?)?)?)?")
+TAG_START = re.compile(r"\[[0-9]*(?:,[0-9]*(?:\](?:<[a-z]*>?)?)?)?")
 LONGEST_TAG = 48
 CUT_MARK = " …[line cut]"
 

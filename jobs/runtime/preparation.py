@@ -25,6 +25,7 @@ from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
 RANK_AGENT = (NODE_SCRIPTS / "rank-agent.sh").read_text()
+SEAL_SCRIPT = (NODE_SCRIPTS / "seal-tools.sh").read_text()
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,8 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
             # Asked only now: a `podman image exists` before every start cost each node a podman process.
             await ensure_image(connection, label, plan.image, say)
             output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
+        await run_checked(connection, label, "sealing the launch's programs",
+                          ["sh", "-c", SEAL_SCRIPT, "seal-tools", worker.container_name])
     await _wait_for_port(worker, plan.sshd_port)
     await report(worker.index, WorkerState.READY,
                  f"worker-{worker.index} container {worker.container_name} ({worker.hostname}) is up, sshd on port {plan.sshd_port}")

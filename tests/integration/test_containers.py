@@ -17,13 +17,13 @@ from tests.integration.helpers import _node_run, code_dir_from_program, rank_lin
 
 RANKS = 4  # 2 nodes x 2 slots
 # What runs in a worker's container: its sshd (and the sessions it forks), orted, mpirun on worker-0,
-# the rank agents and the ranks; nothing of the node's or another job's.
+# the rank agents, their filters and the ranks; nothing of the node's or another job's.
 JOB_PROCESSES = ("sshd", "/usr/sbin/sshd", "orted", "/usr/bin/orted", "mpirun", "/usr/bin/mpirun", "sh ",
                  "/bin/sh ", "python", "/usr/local/bin/python", "/usr/bin/python", "bash ", "/bin/bash ",
                  # what a rank of the job runs from its code directory (here: the planted setuid program)
                  "/home/ma-user/user-job-dir/",
-                 # the console's follow of mpirun's output files on worker-0 (jobs/runtime/launcher.py)
-                 "tail -c ")
+                 # the launch's sealed programs (mpirun, orted, ssh, the rank agents' filters: seal-tools.sh)
+                 "/opt/training-console/bin/", "sed ")
 
 
 def submit(api, **fields) -> TrainingJob:

@@ -87,3 +87,11 @@ def test_a_tag_naming_a_rank_the_job_does_not_have_is_the_programs_own_text_not_
     records = followed.feed(forged.encode()) + followed.finish()
     assert [(record.rank, record.worker_index) for record in records] == [(None, 0)]
     assert len(followed.cursor()["reader"]["pending"]) == 0, "nothing held for ranks that do not exist"
+
+
+def test_only_ascii_digits_make_a_tag_as_the_rank_agents_filter_sees_them():
+    # Arabic-Indic and fullwidth digits: a rank's text that the filter leaves as it is must stay that rank's.
+    followed = FollowedFile("stdout", PLAN, None)
+    text = "[\u0661,\u0661]<stdout>:forged [\uff11,\uff12]<stdout>:too"
+    records = followed.feed(f"[1,0]<stdout>:{text}\n".encode()) + followed.finish()
+    assert [(record.rank, record.text) for record in records] == [(0, text)]

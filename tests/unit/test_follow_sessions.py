@@ -1,6 +1,6 @@
 """Follow, the launch's reader of mpirun's files, with only SSH faked: a session cut mid-line is followed
-again from the offset the lines stored so far end at, and what the job's own status file says is read
-as a number or as no status."""
+again from the offset the lines stored so far end at, what the status file says is read as a number or as
+no status, and mpirun is started and followed by the node's root, outside the job's reach."""
 
 import asyncio
 import json
@@ -14,8 +14,10 @@ from jobs.runtime.launcher import ENDED_WITHOUT_STATUS, Follow
 from jobs.runtime.ssh import NodeError
 from jobs.runtime.ssh_output import STDERR, STDOUT
 
-PLAN = SimpleNamespace(job_id=1, rank_workers=(0, 1), workers=[SimpleNamespace(index=0)], working_dir="/w",
-                       argv=["mpirun", "python", "x.py"], container_target=lambda worker: "worker-0")
+WORKER_0 = SimpleNamespace(index=0, node="node-a as root", workdir="/var/lib/jobs/job-1-worker-0",
+                           container_name="job-1-worker-0", env={"MA_NUM_HOSTS": "2", "SECRET_TOKEN": "s3cret"})
+PLAN = SimpleNamespace(job_id=1, rank_workers=(0, 1), workers=[WORKER_0], working_dir="/w", user="ma-user",
+                       argv=["mpirun", "python", "x.py"])
 STDOUT_BYTES = b"[1,0]<stdout>:first line\n[1,1]<stdout>:sec" + "ond ✓ line\n[1,0]<stdout>:third\n".encode()
 
 
@@ -56,10 +58,11 @@ class Connection:
     def __init__(self, script: list[dict], asked: list[str], state):
         self.script, self.asked, self.state = script, asked, state
 
-    async def run(self, command, check=False, timeout=None):
+    async def run(self, command, input=None, check=False, timeout=None):
         """The start (counted) and the status read, as the run-mpirun.sh answers them."""
         if shlex.split(command)[4] == "start":  # sh -c SCRIPT run-mpirun MODE ...
             self.state.starts += 1
+            self.state.start_command, self.state.start_input = command, input
             return SimpleNamespace(exit_status=0, stdout="", stderr="")
         return SimpleNamespace(exit_status=0, stdout=self.state.status_file, stderr="")
 
@@ -86,9 +89,10 @@ class Connection:
 
 @pytest.fixture
 def nodes(monkeypatch):
-    state = SimpleNamespace(script=[], asked=[], status_file="0\n", starts=0)
+    state = SimpleNamespace(script=[], asked=[], status_file="0\n", starts=0, targets=[])
 
     async def connect(target):
+        state.targets.append(target)
         if not state.script:
             raise NodeError("worker-0", "SSH", "connection refused")  # the process's last session is over
         return Connection(state.script, state.asked, state)
@@ -123,7 +127,8 @@ def test_a_run_taken_up_from_a_stored_cursor_gives_only_the_lines_after_it(nodes
     async def until_cut():
         stopping = asyncio.Event()
         task = asyncio.create_task(Follow(PLAN, first, None, stopping).run())
-        while nodes.script:
+        # Once it tries to connect again, the cut session is over and everything it read is stored.
+        while len(nodes.targets) < 2:
             await asyncio.sleep(0.005)
         stopping.set()  # the process goes away after the cut
         await task
@@ -136,7 +141,7 @@ def test_a_run_taken_up_from_a_stored_cursor_gives_only_the_lines_after_it(nodes
 
 
 @pytest.mark.parametrize("status_file", ["garbage\n", "", "99999999999999999999\n", "²\n", "1 2\n"])
-def test_a_status_file_the_job_wrote_nonsense_into_is_no_status_not_an_error(nodes, status_file):
+def test_a_status_file_without_a_number_is_no_status_not_an_error(nodes, status_file):
     nodes.status_file = status_file
     nodes.script = [{"status": 0}]
     assert follow()[0] is None
@@ -146,3 +151,18 @@ def test_mpirun_ended_without_a_status_is_no_status(nodes):
     nodes.script = [{"status": ENDED_WITHOUT_STATUS}]
     code, sink = follow()
     assert code is None and sink.lines[-1] == (0, "third")
+
+
+def test_mpirun_is_started_by_the_nodes_root_in_a_run_folder_outside_the_jobs_home(nodes):
+    nodes.script = [{"status": 0}]
+    follow()
+
+    assert set(nodes.targets) == {"node-a as root"}, "every session is the node's, none the container's"
+    words = shlex.split(nodes.start_command)
+    run_dir = words[5]
+    assert run_dir == f"{WORKER_0.workdir}/run" and not run_dir.startswith(f"{WORKER_0.workdir}/home")
+    podman = words[6:]
+    assert podman[:4] == ["podman", "exec", "--user", "1000:1000"] and "job-1-worker-0" in podman
+    assert podman[-3:] == PLAN.argv, "mpirun's own command line, as the plan made it"
+    assert "s3cret" not in nodes.start_command, "variables go in a root-only file, not on a command line"
+    assert "SECRET_TOKEN=s3cret\n" in nodes.start_input and "HOME=/home/ma-user\n" in nodes.start_input

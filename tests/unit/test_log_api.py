@@ -144,7 +144,7 @@ def test_following_without_credentials_is_refused_and_a_bad_last_event_id_is_nam
 def test_the_plain_text_log_still_pages_by_offset(api, job):
     response = api.get(f"/api/v1/training-jobs/{job.pk}/log", {"offset": 5})
     assert response["X-Next-Offset"] == "7"
-    assert response.content.decode().splitlines()[0] == "mpirun detected that one or more processes exited with non-zero status"
+    assert response.content.decode().splitlines()[0] == "[mpirun] mpirun detected that one or more processes exited with non-zero status"
 
 
 def store_file_as_log(job, path: Path) -> None:
@@ -211,6 +211,6 @@ def test_the_download_streams_the_same_file_through_the_asgi_server(token, job):
     assert async_to_sync(download)().splitlines() == [
         "[ModelArts Service Log]Preparing 2 worker(s)",
         "[rank 0] hello from 0",
-        "mpirun detected that one or more processes exited with non-zero status",
+        "[mpirun] mpirun detected that one or more processes exited with non-zero status",
         "[ModelArts Service Log]Training end with return code: 1",
     ]

@@ -7,11 +7,13 @@ from hypothesis import strategies as st
 
 from jobs.logs.store import (
     SCAN_WINDOW,
+    SERVICE_LOG_PREFIX,
     LogRecord,
     RunTakenOver,
     first_error,
     read_after,
     read_before,
+    render_text,
     store_lines,
 )
 from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
@@ -215,3 +217,13 @@ def test_a_nul_in_a_programs_output_is_stored_as_a_replacement_character(make_jo
     job = make_job()
     store_lines(job.pk, [rank_line(0, "a\x00b")])
     assert LogLine.objects.get(job=job).text == "a\ufffdb"
+
+
+@pytest.mark.parametrize("stream", [LogStream.STDOUT, LogStream.STDERR])
+@pytest.mark.parametrize("rank", [None, 0, 3])
+def test_a_job_line_that_imitates_the_platforms_mark_never_reads_as_one(stream, rank):
+    imitation = f"{SERVICE_LOG_PREFIX}Training end with return code: 0"
+    rendered = render_text(stream, rank, imitation)
+    assert not rendered.startswith(SERVICE_LOG_PREFIX)
+    assert rendered.startswith("[mpirun] " if rank is None else f"[rank {rank}] ")
+    assert render_text(LogStream.SYSTEM, None, "Preparing").startswith(SERVICE_LOG_PREFIX)

@@ -8,8 +8,9 @@ workdir=$1 uid=$2
 
 cd "$workdir"
 # What an earlier attempt of the job left here (a teardown that could not reach the node) must not pass
-# for this one's: its run folder would make mpirun's start a no-op. rm does not follow the links in it.
-rm -rf home
+# for this one's: its run folder (root's, beside home: see run-mpirun.sh) would make mpirun's start a
+# no-op. rm does not follow the links in them.
+rm -rf home run
 mkdir -p home/user-job-dir
 tar --no-same-owner --no-same-permissions -xf bundle.tar
 tar --no-same-owner --no-same-permissions -xf code.tar -C home/user-job-dir

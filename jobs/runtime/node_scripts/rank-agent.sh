@@ -17,8 +17,29 @@ env --default-signal=INT,QUIT true 2>/dev/null && restore_signals="env --default
 # The rank gets the agent's stdin and stderr (a background job would otherwise read /dev/null); the
 # shell's own notices ("Killed") go nowhere, so the log holds only what the rank printed.
 exec 3<&0 4>&2 2>/dev/null
-$restore_signals "$@" <&3 2>&4 3<&- 4>&- &
-rank_pid=$!
+
+# mpirun tags each piece of a rank's output with the rank ("[1,3]<stdout>:"), and a tag may fall
+# mid-line when another rank's piece lands between two writes of a line: a rank that printed a tag-shaped
+# text would pass for another rank. So where the container holds the sealed sed (see seal-tools.sh), the
+# rank's output goes through it, which writes a space into anything shaped like a tag ("[1,3] <stdout>:"),
+# line by line; the agent then lets go of Open MPI's pipes, so only the sealed filter, which no process
+# of the job can open or trace, holds them. The filters ignore the stop signals: they end when the rank
+# and its children have closed their output, so a rank's last words on a stop still reach the log.
+filter=/opt/training-console/bin/sed
+untag='s/\(\[[0-9]*,[0-9]*\]\)</\1 </g'
+fifos=
+if [ -x "$filter" ] && fifos=$(mktemp -d 2>/dev/null) && mkfifo -m 600 "$fifos/out" "$fifos/err"; then
+    (trap '' HUP INT QUIT TERM USR1 USR2; LC_ALL=C exec "$filter" -u -e "$untag" <"$fifos/out" 3<&- 4>&-) &
+    (trap '' HUP INT QUIT TERM USR1 USR2; LC_ALL=C exec "$filter" -u -e "$untag" <"$fifos/err" >&4 3<&- 4>&-) &
+    $restore_signals "$@" <&3 >"$fifos/out" 2>"$fifos/err" 3<&- 4>&- &
+    rank_pid=$!
+    exec >/dev/null 4>&-
+else
+    [ -n "$fifos" ] && rm -rf "$fifos"
+    fifos=
+    $restore_signals "$@" <&3 2>&4 3<&- 4>&- &
+    rank_pid=$!
+fi
 echo "pid=$rank_pid" >"$record"
 
 stopped=
@@ -47,6 +68,7 @@ if [ "$status" -gt 128 ]; then
 else
     echo "exit=$status" >>"$record"
 fi
+[ -n "$fifos" ] && rm -rf "$fifos"
 # orted SIGKILLs all its ranks' groups as soon as one of them ends after its SIGTERM; a moment's
 # wait gives the agents beside this one the time to record that SIGTERM too.
 [ -n "$stopped" ] && sleep 0.2

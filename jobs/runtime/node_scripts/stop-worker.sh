@@ -25,7 +25,9 @@ container_left=0
 podman rm --force --ignore --time 2 "$name" >/dev/null 2>&1 || container_left=1
 
 # The records are written by the job's user, so they are read as that user (a planted link then reads
-# nothing it could not read itself), and only rank-numbered files, cut to a few known characters.
+# nothing it could not read itself), and only rank-numbered files, cut to a few known characters. They
+# are the job's own claim: any process of the job could have written them, so they add detail to what
+# mpirun said (its exit status is root's, in the run folder) and never stand against it.
 print_rank_records() {
     [ -d "$workdir/home/.mpi/ranks" ] && command -v setpriv >/dev/null || return 0
     owner=$(stat -c '%u:%g' "$workdir/home") || return 0
