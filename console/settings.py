@@ -182,7 +182,7 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             # CONSOLE_SQLITE_PATH lets a Celery worker started by the tests open the test database.
-            "NAME": Path(env_str("CONSOLE_SQLITE_PATH", str(VAR_DIR / "console.sqlite3"))),
+            "NAME": env_str("CONSOLE_SQLITE_PATH", str(VAR_DIR / "console.sqlite3")),
             "OPTIONS": {
                 # WAL lets the web process read while a Celery worker writes; IMMEDIATE takes the
                 # write lock at BEGIN so two writers queue on the busy timeout instead of deadlocking.

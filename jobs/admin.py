@@ -1,6 +1,7 @@
 """The back office: specs, pools, nodes, engines, launcher defaults, and a read-only view of jobs."""
 
 import json
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -36,6 +37,9 @@ from .models import (
     Worker,
 )
 from .submission import request_stop
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 STATE_COLOURS = {
     Node.DisplayState.READY: "#2e7d32",
@@ -192,7 +196,8 @@ class DisplayStateFilter(admin.SimpleListFilter):
         return Node.DisplayState.choices
 
     def queryset(self, request, queryset):
-        condition = self.CONDITIONS.get(self.value())
+        chosen = self.value()
+        condition = self.CONDITIONS.get(Node.DisplayState(chosen)) if chosen in self.CONDITIONS else None
         return queryset.filter(condition) if condition is not None else queryset
 
 
@@ -385,7 +390,7 @@ class LauncherDefaultsAdmin(admin.ModelAdmin):
 class WorkerInline(admin.TabularInline):
     model = Worker
     fields = ["index", "node_name", "address", "hostname", "state", "message"]
-    readonly_fields = fields
+    readonly_fields = ["index", "node_name", "address", "hostname", "state", "message"]
     extra = 0
     can_delete = False
 
@@ -481,7 +486,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
               "until a health check has removed what the job left on them."))
 
 
-def confirm_force_release(model_admin, request, queryset, action: str, release, explanation: str):
+def confirm_force_release(model_admin, request, queryset, action: str, release, explanation: "str | StrPromise"):
     """Ask first (a page listing what is released), then release each and say how it went; both audited."""
     if request.POST.get("confirmed") != "yes":
         return TemplateResponse(request, "admin/jobs/force_release.html", {

@@ -3,6 +3,7 @@
 import re
 import secrets
 from itertools import zip_longest
+from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -114,6 +115,7 @@ class NameOrIdChoiceField(forms.ModelChoiceField):
     def to_python(self, value):
         if value in self.empty_values:
             return None
+        assert self.queryset is not None, "every field of this kind is given its queryset"
         text = str(value).strip()
         if text.isdigit():
             found = self.queryset.filter(pk=int(text)).first()
@@ -157,10 +159,12 @@ class TrainingJobForm(forms.Form):
         # A job runs only a code directory its owner may see; with no user, only everyone's.
         # Names are unique per owner, so a name may be the user's own and someone's shared one: the own wins.
         code_dirs = visible_code_dirs(user)
+        code_dir_field = self.fields["code_dir"]
+        assert isinstance(code_dir_field, NameOrIdChoiceField)
         if user is not None and user.is_authenticated:
             code_dirs = code_dirs.annotate(users_own=Case(When(owner=user, then=1), default=0, output_field=IntegerField()))
-            self.fields["code_dir"].name_order = ("-users_own", "-pk")
-        self.fields["code_dir"].queryset = code_dirs
+            code_dir_field.name_order = ("-users_own", "-pk")
+        code_dir_field.queryset = code_dirs
         if not self.is_bound:
             self.initial.setdefault("name", generated_job_name())
             self.initial.setdefault("node_count", 1)
@@ -351,8 +355,9 @@ class TrainingJobForm(forms.Form):
             # Stored before it was checked and no longer readable: the built-in list alone.
             return None
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data, which full_clean has set by now
         code_dir, boot_file = cleaned.get("code_dir"), cleaned.get("boot_file")
         if code_dir and boot_file:
             try:

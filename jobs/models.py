@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -16,6 +17,9 @@ from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import SshTarget
 
 from .secret_box import open_secret, seal_secret
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 
 class Network(models.TextChoices):
@@ -256,7 +260,7 @@ class LauncherDefaults(models.Model):
         return "Launcher defaults"
 
     def clean(self) -> None:
-        errors = {}
+        errors: dict[str, str | StrPromise] = {}
         # The administrator's own options are not held to the users' allow-list, only to what holds for
         # everyone: no option the platform sets, no reserved MCA or variable name, shell-safe MCA values.
         for field in ("bind_args", "x_args", "mca_args"):
