@@ -47,6 +47,11 @@ class ResourceSpec(models.Model):
     max_nodes = models.PositiveIntegerField(
         default=16, validators=[MinValueValidator(1)], help_text=_("The most nodes one job may ask for.")
     )
+    disk_gb = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1)],
+        help_text=_("The most disk one worker may fill on its node (its home and its container's own files); "
+                    "a worker past it is stopped."),
+    )
 
     class Meta:
         ordering = ["name"]

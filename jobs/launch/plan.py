@@ -62,20 +62,41 @@ class WorkerPlan:
     gpu_devices: tuple[str, ...] = ()
 
 
+# Every thread of a container takes one of its node's PIDs, and a thread costs so little memory (3,000 take
+# about 117 MB) that the memory limit does not stop a thread or fork bomb. A node holds one job, and the
+# smallest pid_max a Linux node has is 32,768: at most a quarter of that to the job leaves the node's sshd,
+# Podman and the teardown room to fork. 256 per core is room for a rank's OpenMP and data-loading threads.
+PIDS_PER_CORE = 256
+PIDS_FLOOR = 1024
+PIDS_CEILING = 8192
+
+
+def pids_limit_for(cpu_cores: int, processes_per_node: int) -> int:
+    """The most processes and threads a worker's container may hold, from its spec's cores or slots."""
+    return min(max(PIDS_PER_CORE * max(cpu_cores, processes_per_node, 1), PIDS_FLOOR), PIDS_CEILING)
+
+
 @dataclass(frozen=True)
 class ContainerLimits:
-    """What the spec gives each worker's container: enforced by the container runtime."""
+    """What the spec gives each worker's container: enforced by the container runtime, but for the disk,
+    which the worker watch enforces (the nodes' overlay-on-ext4 storage has no quota to give a container)."""
 
     cpus: int
     memory_bytes: int
     shm_bytes: int
     gpus: int
+    pids: int = PIDS_FLOOR
+    # What the job's home and the container's writable layer may hold together, on the node's disk.
+    disk_bytes: int = 50 * 1024**3
 
 
 def container_limits(job: TrainingJob) -> ContainerLimits:
-    memory = job.spec.memory_gb * 1024**3
+    spec = job.spec
+    memory = spec.memory_gb * 1024**3
     # /dev/shm (NCCL's and Open MPI's shared memory) is half the memory, as a tmpfs of the node would be.
-    return ContainerLimits(cpus=job.spec.cpu_cores, memory_bytes=memory, shm_bytes=memory // 2, gpus=job.spec.gpu_count)
+    return ContainerLimits(cpus=spec.cpu_cores, memory_bytes=memory, shm_bytes=memory // 2, gpus=spec.gpu_count,
+                           pids=pids_limit_for(spec.cpu_cores, spec.processes_per_node),
+                           disk_bytes=spec.disk_gb * 1024**3)
 
 
 def gpu_devices_for(gpus_wanted: int, node_gpu_count: int, cdi_available: bool) -> tuple[str, ...]:
