@@ -5,9 +5,12 @@ rootful, Debian's package) is the runtime that is tested. A worker's container:
 - shares the node's network (`--network host`: InfiniBand and RoCE reach the ranks as on the reference),
   with its own hostname, the job's host names (`--add-host`) and its own PID, mount, IPC and UTS spaces,
   so it sees nothing of the host's or another job's processes, files or /proc;
-- has the spec's CPUs, memory and shared memory (`--cpus`, `--memory`, `--shm-size`), and the node's
-  GPUs through their CDI names when the spec has GPUs;
-- runs everything as ma-user (uid 1000), capabilities all dropped, no new privileges, its one bind mount
+- has the spec's CPUs, memory and shared memory (`--cpus`, `--memory`, `--shm-size`), a share of the
+  node's PIDs (`--pids-limit`, so a thread or fork bomb leaves the node able to fork), and the node's
+  GPUs through their CDI names when the spec has GPUs; its disk limit rides on a label, which the worker
+  watch reads (jobs.runtime.liveness);
+- runs everything as ma-user (uid 1000), capabilities all dropped, no new privileges, under the console's
+  seccomp profile (no new namespaces: no user namespace to gain capabilities in), its one bind mount
   (the job's home) `nosuid,nodev`; its first process is an sshd of ma-user's on the job's port, which
   accepts only the job's key.
 All processes of a job run as uid 1000 on the host; isolation comes from the namespaces, not from
@@ -15,15 +18,26 @@ distinct uids (a user namespace per job is the next step, see README).
 """
 
 import shlex
+from pathlib import Path
 
 from jobs.launch.plan import JobPlan, WorkerPlan
 
 CONTAINER_HOME = "/home/ma-user"
 JOB_UID = 1000
 LABEL = "training-console.job"
+# The bytes the job's home and the container's writable layer may hold together (worker-usage.sh reads it).
+DISK_LIMIT_LABEL = "training-console.disk-limit"
+# Podman's default seccomp profile less new namespaces (see jobs/runtime/seccomp.py); each worker's
+# preparation uploads it beside the job's home, where `podman run` reads it.
+SECCOMP_PROFILE = Path(__file__).resolve().parent / "seccomp-job.json"
 SSHD_CONFIG = f"{CONTAINER_HOME}/.sshd/sshd_config"
 # What `podman run --pull=never` says of an image the node does not hold.
 IMAGE_UNKNOWN = "image not known"
+
+
+def seccomp_path(worker: WorkerPlan) -> str:
+    """Where the seccomp profile lies on the worker's node (outside the home the container mounts)."""
+    return f"{worker.workdir}/seccomp.json"
 
 
 def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
@@ -31,13 +45,15 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     # Never pulled here: a node without the image is told so at once, and the preparation brings it.
     argv = ["podman", "run", "--detach", "--pull=never", "--name", worker.container_name,
             "--label", f"{LABEL}={plan.job_id}", "--label", f"training-console.worker={worker.index}",
+            "--label", f"{DISK_LIMIT_LABEL}={limits.disk_bytes}",
             "--network", "host", "--hostname", worker.hostname]
     for other in plan.workers:
         argv += ["--add-host", f"{other.hostname}.{plan.job_dns}:{other.address}",
                  "--add-host", f"{other.hostname}:{other.address}"]
     argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
-             "--shm-size", str(limits.shm_bytes), "--pids-limit", "32768",
+             "--shm-size", str(limits.shm_bytes), "--pids-limit", str(limits.pids),
              "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+             "--security-opt", f"seccomp={seccomp_path(worker)}",
              "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
              "--workdir", CONTAINER_HOME]
     for device in worker.gpu_devices:

@@ -18,7 +18,7 @@ from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
-from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, run_argv
+from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, SECCOMP_PROFILE, run_argv, seccomp_path
 from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
@@ -147,6 +147,7 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
                 str(bundle): f"{worker.workdir}/bundle.tar",
                 str(code_archive): f"{worker.workdir}/code.tar",
                 str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",
+                str(SECCOMP_PROFILE): seccomp_path(worker),
             })
         await run_checked(connection, label, "laying out the job's files",
                           ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])

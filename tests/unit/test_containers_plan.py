@@ -3,7 +3,7 @@ and a node without the container runtime is out of service."""
 
 import pytest
 
-from jobs.launch.plan import KeyPair, gpu_devices_for, plan_job
+from jobs.launch.plan import KeyPair, gpu_devices_for, pids_limit_for, plan_job
 from jobs.models import Node
 from jobs.runtime.containers import run_argv
 from jobs.runtime.node_health import Probe, record
@@ -41,6 +41,11 @@ def test_a_worker_container_gets_the_specs_limits_the_jobs_names_and_no_privileg
     assert value("--memory") == str(job.spec.memory_gb * 1024**3) == value("--memory-swap")
     assert value("--cpus") == str(job.spec.cpu_cores) and value("--shm-size") == str(job.spec.memory_gb * 1024**3 // 2)
     assert (value("--user"), value("--cap-drop"), value("--security-opt")) == ("1000:1000", "ALL", "no-new-privileges")
+    security = [argv[index + 1] for index, word in enumerate(argv) if word == "--security-opt"]
+    assert security == ["no-new-privileges", f"seccomp=/srv/jobs/{job.dns_name}/worker-1/seccomp.json"]
+    assert value("--pids-limit") == str(pids_limit_for(job.spec.cpu_cores, job.spec.processes_per_node))
+    assert int(value("--pids-limit")) < 32768 // 4, "a share of the node's PIDs, not all of them"
+    assert f"training-console.disk-limit={job.spec.disk_gb * 1024**3}" in argv
     assert value("--volume") == f"/srv/jobs/{job.dns_name}/worker-1/home:/home/ma-user:rw,nosuid,nodev"
     assert argv[-6:] == ["localhost/training-console/mpi:test", "/usr/sbin/sshd", "-D", "-e", "-f",
                          "/home/ma-user/.sshd/sshd_config"]
