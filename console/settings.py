@@ -345,6 +345,9 @@ RUN_STALE_SECONDS = env_int("RUN_STALE_SECONDS", 30, minimum=5)
 # (or a container gone) fails the job, long before Open MPI's own timeout would.
 WORKER_PROBE_SECONDS = float(env_int("WORKER_PROBE_SECONDS", 5, minimum=1))
 NODE_LOST_SECONDS = float(env_int("NODE_LOST_SECONDS", 30, minimum=5))
+# The free disk a node keeps for itself (its logs, Podman, the teardown): a job whose node falls under it is
+# ended, whatever its own disk limit (the spec's disk_gb), as one past that limit is, at the same look.
+NODE_DISK_RESERVE_GB = env_int("NODE_DISK_RESERVE_GB", 5, minimum=0)
 # How often each worker's CPU, memory and GPU use is kept for the job's resource charts.
 RESOURCE_SAMPLE_SECONDS = float(env_int("RESOURCE_SAMPLE_SECONDS", 15, minimum=1))
 JOB_USER = env_str("JOB_USER", "ma-user")

@@ -28,6 +28,8 @@ SHAPES = (
     gettext_noop("exit code 126: the program could not be executed"),
     gettext_noop("exit code %(code)s"),
     # The card's headline.
+    gettext_noop("worker-%(worker)s on %(node)s was stopped at its disk limit"),
+    gettext_noop("worker-%(worker)s was stopped at its disk limit"),
     gettext_noop("A node was lost mid-job: %(node)s"),
     gettext_noop("A node was lost mid-job"),
     gettext_noop("mpirun could not start or reach its daemon on %(node)s"),
@@ -73,6 +75,12 @@ SHAPES = (
                  "processes per node."),
     gettext_noop("Exit code 139 often comes from a library conflict (CUDA, NCCL or MPI libraries of different versions)."),
     gettext_noop("mpirun saw a rank exit without calling MPI finalize: every rank must reach the end together."),
+    gettext_noop("worker-%(worker)s: it passed its disk limit of %(limit)s: its home and its container's own files hold "
+                 "%(used)s"),
+    gettext_noop("worker-%(worker)s: it passed its disk limit: its node's disk has %(free)s free, under the "
+                 "%(reserve)s the node keeps for itself"),
+    gettext_noop("The spec's disk limit counts what the job writes to its home and inside its container (/tmp included); "
+                 "write large outputs to shared storage, or ask for a spec with a larger disk."),
 )
 # The parts that are themselves sentences of the card; the others (names, exceptions, lines) stay as written.
 SAID_AGAIN = {"who", "how", "what"}

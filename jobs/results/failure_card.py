@@ -20,6 +20,8 @@ NCCL_ERROR = re.compile(
     r"NCCL WARN|NCCL error|\bnccl(?:SystemError|InternalError|UnhandledCudaError|RemoteError|InvalidUsage|InvalidArgument)\b"
 )
 TRACEBACK_START = "Traceback (most recent call last):"
+# How the worker watch says it ended a worker for its disk (jobs.runtime.liveness); the card's rule reads it.
+DISK_LIMIT_REASON = "it passed its disk limit"
 
 
 def python_exception(lines: list[str]) -> tuple[str, str] | None:
@@ -195,6 +197,25 @@ def _lost_hints(context: CardContext) -> list[str]:
                     "It is kept out of service until it is checked."]
 
 
+def _disk_worker(context: CardContext) -> int | None:
+    return next((index for index, why in sorted(context.facts.lost_workers.items()) if DISK_LIMIT_REASON in why), None)
+
+
+def _disk_title(context: CardContext) -> str:
+    index = _disk_worker(context)
+    node = context.facts.nodes.get(index, "") if index is not None else ""
+    where = f" on {node}" if node else ""
+    return f"worker-{index}{where} was stopped at its disk limit"
+
+
+def _disk_hints(context: CardContext) -> list[str]:
+    index = _disk_worker(context)
+    why = context.facts.lost_workers.get(index, "") if index is not None else ""
+    return ([f"worker-{index}: {why}"] if why else []) + [
+        "The spec's disk limit counts what the job writes to its home and inside its container (/tmp included); "
+        "write large outputs to shared storage, or ask for a spec with a larger disk."]
+
+
 def _silent(context: CardContext) -> str:
     return ", ".join(str(rank) for rank in context.facts.silent_ranks) or "?"
 
@@ -213,6 +234,8 @@ RULES: tuple[Rule, ...] = (
          lambda c, card: c.facts.stop_message or f"Stopped by the watchdog: rank(s) {_silent(c)} printed nothing",
          lambda c: ["A rank that prints nothing for the watchdog time is taken as hung (a deadlock, a collective "
                     "some ranks never reach, a stuck read). Print progress more often, or set a longer watchdog time."]),
+    # Before a lost node: the watch ended the worker for its disk, and mpirun then lost its daemon there.
+    Rule("disk_limit", lambda c, card: _disk_worker(c) is not None, lambda c, card: _disk_title(c), _disk_hints),
     Rule("node_lost", lambda c, card: c.report.kind == "daemon_lost" or c.lost_worker is not None,
          lambda c, card: f"A node was lost mid-job{': ' + _lost_node(c) if _lost_node(c) else ''}", _lost_hints),
     Rule("mpirun_launch", lambda c, card: c.report.kind in ("daemon_failed", "daemon_start", "unreachable"),

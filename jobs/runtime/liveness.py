@@ -5,6 +5,11 @@ not at all a worker whose container died while mpirun waits on it. So every few 
 asked, over SSH as its root, whether the worker's container still runs. A container that is gone, or a
 node that has not answered for `lost_after` seconds, is a lost worker: the run fails the job with the
 card naming the worker and its node, as the MPI Operator fails a job whose worker pod dies.
+
+The same look counts what the job's home and the container's writable layer hold on the node's disk: the
+nodes' storage (overlay on ext4) has no quota to give a container, so a worker past its spec's disk limit,
+or one whose node has less free than the reserve it keeps for itself (NODE_DISK_RESERVE_GB), is ended
+like a lost one, and its card says "disk limit".
 """
 
 import asyncio
@@ -18,6 +23,7 @@ import asyncssh
 from django.conf import settings
 
 from jobs.launch.plan import WorkerPlan
+from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
@@ -39,6 +45,27 @@ class Usage:
     memory_limit_bytes: int | None = None
     gpu_percent: float | None = None
     gpu_memory_bytes: int | None = None
+    # What the job's home and writable layer hold, the container's disk limit, and the node's free disk.
+    disk_bytes: int | None = None
+    disk_limit_bytes: int | None = None
+    disk_free_bytes: int | None = None
+
+
+def gib(size: int) -> str:
+    return f"{size / 1024**3:.2f} GiB"
+
+
+def past_disk_limit(usage: Usage, reserve_bytes: int) -> str:
+    """Why a worker must be ended for its disk ("" when it need not): past its limit, or its node short."""
+    if usage.disk_limit_bytes is None:
+        return ""
+    if usage.disk_bytes is not None and usage.disk_bytes > usage.disk_limit_bytes:
+        return (f"{DISK_LIMIT_REASON} of {gib(usage.disk_limit_bytes)}: its home and its container's own files "
+                f"hold {gib(usage.disk_bytes)}")
+    if usage.disk_free_bytes is not None and usage.disk_free_bytes < reserve_bytes:
+        return (f"{DISK_LIMIT_REASON}: its node's disk has {gib(usage.disk_free_bytes)} free, under the "
+                f"{gib(reserve_bytes)} the node keeps for itself")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +77,8 @@ class Probe:
     gone: str = ""
     unreachable: str = ""
     usage: Usage | None = None
+    # Why the worker is ended though it runs (its disk), "" when it is not.
+    over_limit: str = ""
 
 
 # A cgroup v1 memory limit of "none" is the largest page-aligned number; anything past 1 EiB is no limit.
@@ -77,7 +106,9 @@ def read_usage(text: str) -> tuple[str, Usage | None]:
     return state, Usage(cpu_ns=number("cpu_ns"), memory_bytes=number("mem"),
                         memory_limit_bytes=limit if limit is not None and limit < NO_LIMIT else None,
                         gpu_percent=float(fields["gpu_util"]) if number("gpu_util") is not None else None,
-                        gpu_memory_bytes=gpu_mem * 1024 * 1024 if gpu_mem is not None else None)
+                        gpu_memory_bytes=gpu_mem * 1024 * 1024 if gpu_mem is not None else None,
+                        disk_bytes=number("disk"), disk_limit_bytes=number("disk_limit"),
+                        disk_free_bytes=number("disk_free"))
 
 
 def gpu_indices(devices: tuple[str, ...]) -> str:
@@ -94,6 +125,7 @@ class WorkerWatch:
         self.on_usage = on_usage
         self.interval = interval if interval is not None else settings.WORKER_PROBE_SECONDS
         self.lost_after = lost_after if lost_after is not None else settings.NODE_LOST_SECONDS
+        self.disk_reserve_bytes = int(settings.NODE_DISK_RESERVE_GB * 1024**3)
         self.connections: dict[int, asyncssh.SSHClientConnection] = {}
         self.silent_since: dict[int, float] = {}
 
@@ -127,7 +159,9 @@ class WorkerWatch:
     def judge(self, probes: list[Probe], now: float) -> dict[int, str]:
         lost: dict[int, str] = {}
         for probe in probes:
-            if probe.running:
+            if probe.over_limit:
+                lost[probe.index] = probe.over_limit
+            elif probe.running:
                 self.silent_since.pop(probe.index, None)
             elif probe.gone:
                 lost[probe.index] = probe.gone
@@ -152,7 +186,8 @@ class WorkerWatch:
             return Probe(worker.index, unreachable=str(error) or type(error).__name__)
         state, usage = read_usage(str(result.stdout or ""))
         if state == "running":
-            return Probe(worker.index, running=True, usage=usage)
+            over_limit = past_disk_limit(usage, self.disk_reserve_bytes) if usage else ""
+            return Probe(worker.index, running=True, usage=usage, over_limit=over_limit)
         if state == "stopped":
             return Probe(worker.index, gone=f"its container {worker.container_name} has stopped")
         if state == "gone":

@@ -1,19 +1,31 @@
 #!/bin/sh
 # One look at a worker's container, as its node's root: whether it runs, and what it uses.
 # Prints "state=running|stopped|gone|error", then, for a running one, "cpu_ns=N mem=N limit=N" from its
-# cgroup (v1 or v2) and, where GPUs are given (their indices, comma-separated), "gpu_util=N gpu_mem_mib=N".
+# cgroup (v1 or v2), "disk=N disk_limit=N disk_free=N" (bytes: what the job's home and the container's
+# writable layer hold, the container's disk limit label, what the node's disk has left; disk is left
+# empty when counting took too long) and, where GPUs are given (their indices, comma-separated),
+# "gpu_util=N gpu_mem_mib=N".
 # Usage: worker-usage.sh CONTAINER_NAME [GPU_INDICES]
 set -u
 name=$1 gpus=${2:-}
 
-if ! answer=$(podman container inspect --format '{{.State.Running}} {{.State.Pid}}' "$name" 2>&1); then
+# One line each: running and pid, the disk limit label, the writable layer, the job's home on the node.
+format='{{.State.Running}} {{.State.Pid}}
+{{index .Config.Labels "training-console.disk-limit"}}
+{{.GraphDriver.Data.UpperDir}}
+{{range .Mounts}}{{if eq .Destination "/home/ma-user"}}{{.Source}}{{end}}{{end}}'
+if ! answer=$(podman container inspect --format "$format" "$name" 2>&1); then
     case "$answer" in
         *"no such"*) echo "state=gone" ;;
         *) echo "state=error $(echo "$answer" | tr -d '\n' | cut -c1-200)" ;;
     esac
     exit 0
 fi
-running=${answer% *} pid=${answer#* }
+first=$(echo "$answer" | sed -n 1p)
+disk_limit=$(echo "$answer" | sed -n 2p | tr -cd '0-9')
+upper=$(echo "$answer" | sed -n 3p)
+home=$(echo "$answer" | sed -n 4p)
+running=${first% *} pid=${first#* }
 if [ "$running" != true ]; then
     echo "state=stopped"
     exit 0
@@ -36,6 +48,18 @@ else
     limit=$(read_number "/sys/fs/cgroup/memory$memory/memory.limit_in_bytes")
 fi
 echo "cpu_ns=${cpu:-} mem=${mem:-} limit=${limit:-}"
+
+# The disk: counted only for a container that carries a limit. du's total counts a file linked into both
+# places once; a count cut short by the timeout (millions of files) says nothing, rather than stall the
+# probe the console waits on. Root counts as root: no link the job plants is followed (-P is du's default).
+if [ -n "$disk_limit" ] && [ -d "$home" ]; then
+    set -- "$home"
+    [ -n "$upper" ] && [ -d "$upper" ] && set -- "$@" "$upper"
+    # Only the total line, which a du cut short never prints (the paths given are absolute, never "total").
+    disk=$(timeout 2 du -scxB1 "$@" 2>/dev/null | awk -F '\t' '$2 == "total" { print $1 }' | tr -cd '0-9')
+    free=$(df -PB1 "$home" 2>/dev/null | awk 'NR == 2 { print $4 }' | tr -cd '0-9')
+    echo "disk=${disk:-} disk_limit=$disk_limit disk_free=${free:-}"
+fi
 
 if [ -n "$gpus" ] && command -v nvidia-smi >/dev/null 2>&1; then
     timeout 10 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i "$gpus" 2>/dev/null |
