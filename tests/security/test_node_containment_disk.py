@@ -1,0 +1,48 @@
+"""A job cannot fill its node's disk: a worker that writes past its spec's disk limit, in its home or inside its
+container, is ended at the worker watch's next look, the card says "disk limit", and the node stays Ready."""
+
+import re
+
+import pytest
+
+from jobs.models import JobStatus, Node, ResourceSpec
+from tests.integration.helpers import wait_for
+from tests.security.containment import job_containers, nodes_free_and_ready, submit_attack
+
+GIB = 1024**3
+# The writer's target: four times the limit, so that a watch that never stops it lets the job complete.
+TARGET_MB = 4096
+WRITTEN = re.compile(r"^FILL wrote=(\d+) at=([\d.]+)$")
+
+
+@pytest.mark.attack("a job writes 4 GiB past a 1 GiB disk limit, in its home and in its container's /tmp",
+                    "the writer is stopped; the card says disk limit; the node stays Ready")
+@pytest.mark.parametrize("path", ["~/fill", "/tmp/fill"], ids=["home", "writable-layer"])
+def test_a_worker_writing_past_its_disk_limit_is_stopped_with_a_disk_limit_card(api, console, path):
+    small_disk = ResourceSpec.objects.create(name="local-disk-1g", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2,
+                                             disk_gb=1)
+    Node.objects.update(spec=small_disk)
+    job = submit_attack(api, "attack_disk_fill.py", spec="local-disk-1g", parameters=[
+        {"name": "path", "value": path}, {"name": "target_mb", "value": str(TARGET_MB)}])
+
+    job = wait_for(job, [JobStatus.FAILED], timeout=240)
+    card = job.failure
+    assert card["kind"] == "disk_limit" and "disk limit" in card["title"], card
+    assert card["title"].startswith("worker-0 ") and "it passed its disk limit of 1.00 GiB" in card["hints"][0], card
+    assert "disk limit" in job.status_message
+
+    # How far the writer got, and how long it went on past the limit (from its own lines' times).
+    progress = [(int(match[1]), float(match[2])) for line in job.log_lines.filter(rank=0).order_by("seq")
+                if (match := WRITTEN.match(line.text))]
+    assert progress and progress[-1][0] < TARGET_MB * 1024**2, "the writer never reached its target"
+    crossed = next(at for written, at in progress if written > GIB)
+    assert job.ended_at is not None
+    print(f"\ndisk limit ({path}): the writer reached {progress[-1][0] / GIB:.2f} GiB against a 1 GiB limit, "
+          f"last heard {progress[-1][1] - crossed:.1f} s after it crossed the limit; the job ended "
+          f"{job.ended_at.timestamp() - crossed:.1f} s after it")
+    # The watch looks every WORKER_PROBE_SECONDS (2 s in the tests): a few looks and the teardown, at most.
+    assert job.ended_at.timestamp() - crossed < 30
+
+    # Nothing of the job is left on any node, and every node is Ready and free again.
+    assert [job_containers(node, job) for node in console["cluster"]] == ["", ""]
+    assert nodes_free_and_ready() == [(node.name, Node.State.READY, None) for node in console["nodes"]]
