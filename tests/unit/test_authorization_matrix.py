@@ -15,9 +15,34 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 PERSONAS = ["owner", "teammate", "stranger", "staff", "anonymous"]
 
-API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/nccl", "/outcome", "/metrics",
-             "/outputs", "/outputs.tar.gz", "/outputs/model.txt"]
-PAGE_READS = ["", "/rebuild"]
+API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/nccl", "/events", "/resources",
+             "/outcome", "/metrics", "/outputs", "/outputs.tar.gz", "/outputs/model.txt"]
+PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
+# Where the console's own account pages and lists are refused to a visitor (login first).
+VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines"]
+VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/capacity", "/tokens", "/webhook",
+                         "/webhook/rotate"]
+
+# Every URL the console serves, by name, and the test of this module that covers it: a route added without
+# a place here fails test_every_route_of_the_console_is_in_the_matrix.
+ROUTE_COVERAGE = {
+    **{name: "job API read" for name in (
+        "api-job", "api-job-log", "api-job-log-lines", "api-job-log-download", "api-job-log-first-error",
+        "api-job-nccl", "api-job-events", "api-job-resources", "api-job-outcome", "api-job-metrics",
+        "api-job-outputs", "api-job-outputs-archive", "api-job-output-file")},
+    "api-job-log-events": "job live stream",
+    **{name: "job page" for name in ("job-detail", "job-live", "job-log-download", "job-rebuild")},
+    **{name: "job action" for name in ("job-stop", "job-delete", "api-job-stop")},
+    **{name: "visitor refused" for name in (
+        "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
+        "job-preview", "capacity", "token-list", "webhook", "webhook-action")},
+    "api-code-dir": "private code directory",
+    "token-revoke": "another's token",
+    # Public on purpose: the schema and its docs describe the API and hold no one's data; signing in and
+    # out and the language switch are for everyone; the admin has its own staff login and permissions
+    # (tests/security/test_admin_node_keys.py, tests/unit/test_admin_force_release.py).
+    **{name: "public" for name in ("api-schema", "api-docs", "login", "logout", "set_language", "admin")},
+}
 
 
 @pytest.fixture
@@ -86,11 +111,66 @@ def test_nobody_but_the_owner_stops_or_deletes_a_job_from_the_pages_or_the_api(c
 
 
 def test_a_visitor_is_refused_the_lists_and_the_submission(client):
-    for path in ("/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines"):
+    for path in VISITOR_REFUSED_API:
         assert client.get(path).status_code == 401, path
     assert client.post("/api/v1/training-jobs", {}, content_type="application/json").status_code == 401
-    for path in ("/", "/jobs/new", "/capacity", "/tokens"):
-        assert client.get(path).status_code == 302, path
+    for path in VISITOR_REFUSED_PAGES:
+        response = client.get(path) if path != "/webhook/rotate" else client.post(path)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"], path
+
+
+def console_routes(patterns=None, prefix: str = "") -> dict[str, str]:
+    """Every named URL of the console, with its route; the admin's as one ("admin")."""
+    from django.urls import URLResolver, get_resolver
+
+    found: dict[str, str] = {}
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            if pattern.namespace == "admin":
+                found["admin"] = route
+            else:
+                found.update(console_routes(pattern.url_patterns, route))
+        else:
+            found[pattern.name or route] = route
+    return found
+
+
+def test_every_route_of_the_console_is_in_the_matrix():
+    routes = console_routes()
+    assert set(routes) - set(ROUTE_COVERAGE) == set(), "routes nobody checks: add them to ROUTE_COVERAGE and test them"
+    assert set(ROUTE_COVERAGE) - set(routes) == set(), "the matrix names routes that no longer exist"
+    job_routes = {name for name, route in routes.items() if "<int:pk>" in route and route.startswith(("jobs/", "api/v1/training-jobs"))}
+    covered_job_routes = {name for name, how in ROUTE_COVERAGE.items() if how.startswith("job ")}
+    assert job_routes == covered_job_routes, "a job's route must be in one of the job tests"
+    api_reads = {f"api/v1/training-jobs/<int:pk>{read}".replace("model.txt", "<path:path>") for read in API_READS}
+    assert {routes[name] for name, how in ROUTE_COVERAGE.items() if how == "job API read"} == api_reads
+    assert {routes[name] for name, how in ROUTE_COVERAGE.items() if how == "job page"} == {
+        f"jobs/<int:pk>{read}" for read in PAGE_READS}
+
+
+@pytest.mark.parametrize("persona", ["teammate", "stranger", "staff", "anonymous"])
+def test_nobody_but_its_owner_reads_or_changes_a_private_code_directory(people, owner, persona):
+    from rest_framework.test import APIClient
+
+    from jobs.models import CodeDirectory
+
+    private = CodeDirectory.objects.create(name="owners-code", path="/nowhere", owner=owner)
+    client = APIClient()
+    if people[persona]:
+        client.force_authenticate(people[persona])
+    expected = 401 if persona == "anonymous" else 404
+    assert client.get(f"/api/v1/code-dirs/{private.pk}").status_code == expected
+    assert client.patch(f"/api/v1/code-dirs/{private.pk}", {"sharing": "everyone"}, format="json").status_code == expected
+    assert CodeDirectory.objects.get(pk=private.pk).sharing == CodeDirectory.Sharing.PRIVATE
+
+
+@pytest.mark.parametrize("persona", ["teammate", "stranger", "staff"])
+def test_nobody_revokes_anothers_api_token(client, people, owner, persona):
+    token = ApiToken.issue(owner, "owners")[0]
+    client.force_login(people[persona])
+    assert client.post(f"/tokens/{token.pk}/revoke").status_code == 404
+    assert ApiToken.objects.filter(pk=token.pk).exists()
 
 
 def test_the_job_list_of_each_person_holds_only_their_own_jobs(make_job, finished_job, people, teammate):
