@@ -9,6 +9,7 @@ from functools import partial
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.core.cache import cache
 from django.db import transaction
 
 from jobs import allocation, notifications
@@ -41,11 +42,19 @@ def stop_job(job_id: int) -> None:
     run.stop_running_job(job_id)
 
 
+# A resume waits in the runs queue until a run thread takes it; the reaper sees the same stale run every
+# REAPER_INTERVAL_SECONDS meanwhile, and queues it again only after this long.
+RESUME_REQUEUE_SECONDS = 600
+
+
 @shared_task(ignore_result=True)
 def reap_orphaned_jobs() -> list[int]:
     result = reaper.reap_orphaned_jobs()
     for job in result.resumable:
-        resume_job.delay(job.job_id, job.owner, job.heartbeat_at.isoformat() if job.heartbeat_at else None)
+        seen_heartbeat = job.heartbeat_at.isoformat() if job.heartbeat_at else None
+        # The hand-over checks the owner and beat it was given, so one queued per run that went away is enough.
+        if cache.add(f"console:resume-queued:{job.job_id}:{job.owner}:{seen_heartbeat}", 1, RESUME_REQUEUE_SECONDS):
+            resume_job.delay(job.job_id, job.owner, seen_heartbeat)
     if result.ended:
         dispatch_pending_jobs.delay()
     return result.ended

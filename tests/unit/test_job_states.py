@@ -188,3 +188,20 @@ def test_a_committed_change_of_state_is_announced_to_the_later_stages_that_liste
         job.finish(1)
 
     assert heard == [("progress", job.pk, "Running"), ("progress", job.pk, "Failed"), ("notifications", job.pk)]
+
+
+def test_the_reaper_queues_one_resume_per_lost_run_however_often_it_looks(job, monkeypatch):
+    from django.core.cache import cache
+
+    from jobs import tasks
+
+    cache.clear()
+    queued: list[tuple] = []
+    monkeypatch.setattr(tasks.resume_job, "delay", lambda *args: queued.append(args))
+    monkeypatch.setattr(tasks.dispatch_pending_jobs, "delay", lambda *args: None)
+    running_job_with_keys(job, heartbeat_at=timezone.now() - timedelta(hours=1), run_owner="elsewhere:1:ab")
+
+    for _look in range(3):  # the beat's looks while the resume waits for a run thread
+        tasks.reap_orphaned_jobs()
+
+    assert [args[0] for args in queued] == [job.pk]
