@@ -37,5 +37,10 @@ def open_secret(sealed: str) -> str:
 
 
 def reseal(sealed: str) -> str:
-    """The same secret sealed with the current SECRET_KEY."""
-    return _box().rotate(sealed.encode()).decode() if sealed else ""
+    """The same secret sealed with the current SECRET_KEY (ValueError when no key opens it)."""
+    if not sealed:
+        return ""
+    try:
+        return _box().rotate(sealed.encode()).decode()
+    except InvalidToken:
+        raise ValueError("the stored secret cannot be opened with SECRET_KEY or SECRET_KEY_FALLBACKS") from None

@@ -72,3 +72,46 @@ def test_an_api_token_is_kept_only_as_a_digest_and_works_until_it_is_deleted(own
 
 def test_settings_use_a_key_that_is_not_the_old_public_default():
     assert "insecure-local-console-key" not in settings.SECRET_KEY
+
+
+def test_resealsecrets_lets_a_rotated_key_be_retired(settings, make_job, owner):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from jobs.models import Node, ResourceSpec, Webhook
+    from jobs.secret_box import open_secret, seal_secret
+
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the-old-key-" + "o" * 40, []
+    node = Node(name="n1", address="10.9.0.1", spec=ResourceSpec.objects.create(name="s", cpu_cores=1, memory_gb=1))
+    node.private_key = "node key"
+    node.save()
+    job = make_job()
+    job.sealed_ssh_key = seal_secret("job key")
+    job.save()
+    Webhook.objects.create(user=owner, url="https://hooks.example.org/in", sealed_secret=seal_secret("hook secret"))
+
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the-new-key-" + "n" * 40, [settings.SECRET_KEY]
+    out = StringIO()
+    call_command("resealsecrets", stdout=out)
+    settings.SECRET_KEY_FALLBACKS = []  # the old key retired
+
+    assert "3 secret(s)" in out.getvalue()
+    assert Node.objects.get(pk=node.pk).private_key == "node key"
+    assert open_secret(type(job).objects.get(pk=job.pk).sealed_ssh_key) == "job key"
+    assert open_secret(Webhook.objects.get(user=owner).sealed_secret) == "hook secret"
+
+
+def test_resealsecrets_says_which_secret_no_key_opens(settings, make_job):
+    from django.core.management import CommandError, call_command
+
+    from jobs.secret_box import seal_secret
+
+    settings.SECRET_KEY = "a-key-nobody-keeps-" + "x" * 40
+    job = make_job()
+    job.sealed_ssh_key = seal_secret("job key")
+    job.save()
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "another-key-" + "y" * 40, []
+
+    with pytest.raises(CommandError, match=f"TrainingJob {job.pk}"):
+        call_command("resealsecrets")
