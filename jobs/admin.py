@@ -41,11 +41,12 @@ from .submission import request_stop
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
 
-STATE_COLOURS = {
-    Node.DisplayState.READY: "#2e7d32",
-    Node.DisplayState.BUSY: "#1565c0",
-    Node.DisplayState.DRAINING: "#ef6c00",
-    Node.DisplayState.NOT_READY: "#c62828",
+# The CSS class of each state's badge (static/admin_console/nodes.css: the CSP allows no inline style).
+STATE_CLASSES = {
+    Node.DisplayState.READY: "node-state-ready",
+    Node.DisplayState.BUSY: "node-state-busy",
+    Node.DisplayState.DRAINING: "node-state-draining",
+    Node.DisplayState.NOT_READY: "node-state-notready",
 }
 
 
@@ -216,6 +217,9 @@ class NodeAdmin(admin.ModelAdmin):
     readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts",
                        "login_key"]
     actions = ["check_now", "drain", "enable", "force_release"]
+
+    class Media:
+        css = {"all": ["admin_console/nodes.css"]}
     fieldsets = [
         (None, {"fields": ["name", "spec", "pool", "labels"]}),
         (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "login_key", "private_key", "host_key"]}),
@@ -241,7 +245,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, node):
-        return format_html('<strong style="color:{}" title="{}">{}</strong>', STATE_COLOURS[node.display_state],
+        return format_html('<strong class="node-state {}" title="{}">{}</strong>', STATE_CLASSES[node.display_state],
                            node.display_state_reason, Node.DisplayState(node.display_state).label)
 
     @admin.display(description=_("job"))
@@ -257,7 +261,7 @@ class NodeAdmin(admin.ModelAdmin):
         found = node_facts.facts_summary(node.health)
         if node.state != Node.State.READY:
             found = node.state_message
-        warnings = format_html_join("", '<br><span style="color:#c62828">⚠ {}</span>',
+        warnings = format_html_join("", '<br><span class="node-warning">⚠ {}</span>',
                                     ((problem,) for problem in problems))
         return format_html("{}{}", found or "-", warnings)
 
