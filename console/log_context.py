@@ -7,8 +7,8 @@ from celery import current_task
 
 class TaskIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        task = current_task._get_current_object() if current_task else None
-        request = getattr(task, "request", None)
+        # current_task proxies the task this thread runs: falsy outside one, and passing attributes through.
+        request = getattr(current_task, "request", None) if current_task else None
         record.task_id = getattr(request, "id", None) or "-"
         return True
 

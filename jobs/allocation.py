@@ -212,6 +212,7 @@ def waiting_reason(job: TrainingJob) -> str:
         reason += f"; the pool has only {counts.total} node(s) of this spec"
 
     position = queue_position(job)
+    assert position is not None, "a pending job (checked above) has a place in the queue"
     reason += f"; position {position} in the queue"
     if position > 1:
         reason += f", {position - 1} job(s) ahead"

@@ -86,7 +86,8 @@ def pool_capacity() -> list[PoolCapacity]:
             total.add(capacity)
         pools.append(PoolCapacity(
             name=pool.name if pool else _("(no pool)"),
-            kind=pool.get_kind_display() if pool else ResourcePool.Kind.PUBLIC.label,
+            # The label is lazy; str() reads it in the request's language, as get_kind_display() does.
+            kind=pool.get_kind_display() if pool else str(ResourcePool.Kind.PUBLIC.label),
             total=total,
             specs=spec_rows,
         ))

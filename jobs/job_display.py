@@ -13,7 +13,8 @@ from jobs.launch.plan import worker_environment_for
 from .allocation import waiting_reason
 from .models import JobStatus, TrainingJob, WorkerState
 
-STATE_BADGES = {
+# Keyed by the status's value: a JobStatus is a str, and callers pass either.
+STATE_BADGES: dict[str, str] = {
     JobStatus.CREATING: "info",
     JobStatus.PENDING: "waiting",
     JobStatus.RUNNING: "running",

@@ -237,7 +237,8 @@ def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str
             raise ValueError(f"{state_dir} holds a cluster with {({k: state[k] for k in config})}; down it first")
         for i in range(len(state["nodes"]), nodes):
             address = net.network_address + 10 + i
-            if address >= net.broadcast_address or len(f"{prefix}{i}h") > 15:
+            # As integers: mypy cannot tell that the address and the network are the same IP version.
+            if int(address) >= int(net.broadcast_address) or len(f"{prefix}{i}h") > 15:
                 raise ValueError(f"node {i} does not fit subnet {net} / 15-character interface names")
             state["nodes"].append({"name": f"node-{i}", "namespace": f"{prefix}{i}", "veth": f"{prefix}{i}h",
                                    "address": str(address), "pid": None, "host_public_key": ""})
@@ -311,8 +312,8 @@ def down(state_dir: Path, *, bridge: str | None = None, prefix: str | None = Non
     state_dir = Path(state_dir).resolve()
     state = _load(state_dir) if state_dir.is_dir() else None
     nodes = state["nodes"] if state else []
-    bridge = bridge or (state and state["bridge"])
-    prefix = prefix or (state and state["prefix"])
+    bridge = bridge or (state["bridge"] if state else None)
+    prefix = prefix or (state["prefix"] if state else None)
     swept = {ns for ns in _netns_list() if prefix and re.fullmatch(re.escape(prefix) + r"\d+", ns)}
     namespaces = swept | {n["namespace"] for n in nodes}
     for ns in sorted(namespaces):

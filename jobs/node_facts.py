@@ -116,7 +116,7 @@ def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:
     sections = _sections(output)
     memory_kib = _first_int(sections.get("memory", []))
     interfaces = sorted(sections.get("interfaces", []))
-    rdma = []
+    rdma: list[RdmaPort] = []
     for line in sections.get("rdma", []):
         parts = line.split(maxsplit=3)
         if len(parts) >= 3:
@@ -191,7 +191,7 @@ def spec_contradictions(facts: NodeFacts, spec: "ResourceSpec") -> list[str]:
         problems.append("no InfiniBand device on an InfiniBand flavor")
     if spec.network == Network.ROCE and not any(port["link_layer"] == "Ethernet" for port in rdma):
         problems.append("no RoCE device on a RoCE flavor")
-    ifnames = facts.get("socket_ifnames") or {}
+    ifnames = facts.get("socket_ifnames")
     if spec.network != Network.NONE and ifnames and not ifnames.get("found"):
         wanted = ",".join(ifnames.get("wanted", []))
         problems.append(f"none of the interfaces NCCL_SOCKET_IFNAME names ({wanted}) exists")
@@ -214,7 +214,8 @@ def facts_summary(facts: NodeFacts) -> str:
         parts.append(f"{facts['cpu_cores']} cores")
     if facts.get("memory_gb") is not None:
         parts.append(f"{facts['memory_gb']} GB")
-    found = (facts.get("socket_ifnames") or {}).get("found")
+    ifnames = facts.get("socket_ifnames")
+    found = ifnames.get("found") if ifnames else None
     if found:
         parts.append(",".join(found))
     active = [f"{port['device']}/{port['port']} {port['link_layer']}" for port in facts.get("rdma") or []]

@@ -10,6 +10,7 @@ is given.  No Django imports.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypedDict
 
 from . import patterns as P
 
@@ -31,6 +32,17 @@ IB_QUIET_STARTS = (
     "ncclIb",
     "Device",
 )
+
+
+class Topology(TypedDict):
+    """What NCCL's topology dumps showed: how many dumps, the GPUs' and NICs' names, and
+    whether NVLink or an NVSwitch appeared in any of them."""
+
+    dumps: int
+    gpus: set[str]
+    nics: set[str]
+    nvlink: bool
+    nvswitch: bool
 
 
 class NetworkFacts:
@@ -63,7 +75,7 @@ class NetworkFacts:
         self.driver_version: str | None = None
         self.connect_retries: Counter[str] = Counter()
         self.no_socket_interface = False
-        self.topology = {"dumps": 0, "gpus": set(), "nics": set(), "nvlink": False, "nvswitch": False}
+        self.topology: Topology = {"dumps": 0, "gpus": set(), "nics": set(), "nvlink": False, "nvswitch": False}
 
     def network_dispatch(self) -> dict:
         return {
@@ -362,9 +374,13 @@ class NetworkFacts:
     def net_detail(self, net: str | None, socket_interfaces: list[dict]) -> str | None:
         if net == "IB":
             layer = self.ib_link_layer()
-            kind = {"IB": "InfiniBand", "RoCE": "RoCE", "mixed": "InfiniBand and RoCE ports"}.get(
-                layer, "InfiniBand or RoCE (link layer not shown)"
-            )
+            # No link layer (None) is a key like any other: it falls to the default.
+            layer_names: dict[str | None, str] = {
+                "IB": "InfiniBand",
+                "RoCE": "RoCE",
+                "mixed": "InfiniBand and RoCE ports",
+            }
+            kind = layer_names.get(layer, "InfiniBand or RoCE (link layer not shown)")
             devices = ", ".join(f"{d['name']}:{d['port']}" for d in list(self.ib_devices.values())[:8])
             return kind + (f" over {devices}" if devices else "")
         if net == "Socket":

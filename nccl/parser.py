@@ -348,8 +348,8 @@ class _Collector:
             return False
         pointer, rank, nranks, rest = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
         fields = dict(P.COMM_FIELD.findall(rest))
-        event = P.COMM_EVENT.search(rest)
-        event = event.group(1) if event else None
+        event_match = P.COMM_EVENT.search(rest)
+        event = event_match.group(1) if event_match else None
         self.note_nranks(nranks)
         if fields.get("nNodes", "").isdecimal():
             self.nnodes = max(self.nnodes or 0, int(fields["nNodes"]))

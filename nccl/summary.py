@@ -135,7 +135,8 @@ def build_summary(c, n, p) -> NcclSummary:
         # NCCL 2.4 printed its bootstrap interface as "NET/Socket : Using ...".
         bootstrap_interfaces, address_kind = [_own_lists(entry) for entry in socket_interfaces], "socket"
     ranks = _world_ranks(c.rank_records, nranks)
-    slot_rank = {}
+    # (host, pid, CUDA device) of each placed rank, to name the rank a warning came from.
+    slot_rank: dict[tuple[str, int, int | None], int] = {}
     for record in ranks:
         if record["host"] is not None:
             slot_rank.setdefault((record["host"], record["pid"], record["cuda_dev"]), record["rank"])

@@ -29,6 +29,7 @@ class LogReadForm(LogQueryForm):
 
     def clean(self):
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data, which full_clean has set by now
         given = [name for name in ("after", "before", "tail") if cleaned.get(name) not in (None, False)]
         if len(given) > 1:
             raise ValidationError(_("Ask for one of after, before or tail, not %(given)s together.")

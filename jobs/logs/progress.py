@@ -10,7 +10,7 @@ import logging
 import time
 import weakref
 from functools import lru_cache
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, cast
 
 import redis
 import redis.asyncio
@@ -18,6 +18,7 @@ from django.conf import settings
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.typing import EncodableT, FieldT
 
 logger = logging.getLogger(__name__)
 STREAM_MAX_LENGTH = 1000
@@ -64,7 +65,9 @@ class JobProgressPublisher:
         if time.monotonic() < _quiet_until:
             return
         try:
-            _client().xadd(job_channel(self.job_id), dict(fields), maxlen=STREAM_MAX_LENGTH, approximate=True)
+            # A progress message's fields are all strings (see the TypedDicts), which a stream entry holds.
+            entry = cast(dict[FieldT, EncodableT], dict(fields))
+            _client().xadd(job_channel(self.job_id), entry, maxlen=STREAM_MAX_LENGTH, approximate=True)
         except redis.RedisError as error:
             _quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_SECONDS
             logger.warning("job %s: progress not published (%s); followers will poll", self.job_id, error)
@@ -110,7 +113,9 @@ class JobNews:
         except (redis.RedisError, OSError):
             return
         if latest:
-            self.since = latest[0][0].decode()
+            latest_id = latest[0][0]
+            assert isinstance(latest_id, bytes), "the client does not decode responses: ids are bytes"
+            self.since = latest_id.decode()
 
     async def wait(self, timeout: float) -> bool:
         """True when news came; False after `timeout` seconds, or a short pause when Redis cannot be reached."""
@@ -121,5 +126,7 @@ class JobNews:
             return False
         if not answer:
             return False
+        # RESP2, the client's protocol, answers [[stream, [(id, fields), ...]]]; RESP3 would answer a dict.
+        assert isinstance(answer, list), "the client speaks RESP2"
         self.since = answer[0][1][-1][0].decode()
         return True

@@ -38,6 +38,7 @@ class BoundedOutput(asyncssh.SSHClientSession):
         self.size += len(data)
         if not self.paused and self.size >= self.high:
             self.paused = True
+            assert self.channel is not None, "asyncssh hands over data only after connection_made"
             self.channel.pause_reading()
         self.arrived.set()
 
@@ -56,5 +57,6 @@ class BoundedOutput(asyncssh.SSHClientSession):
         self.size -= len(data)
         if self.paused and self.size <= self.low:
             self.paused = False
+            assert self.channel is not None, "only data_received pauses, and data comes after connection_made"
             self.channel.resume_reading()  # hands over what the channel held, at most one window
         return data, datatype
