@@ -12,6 +12,7 @@ from tests.security.containment import job_containers, nodes_free_and_ready, sub
 GIB = 1024**3
 # The writer's target: four times the limit, so that a watch that never stops it lets the job complete.
 TARGET_MB = 4096
+CHUNK = 64 * 1024 * 1024  # what attack_disk_fill.py writes between two of its lines
 WRITTEN = re.compile(r"^FILL wrote=(\d+) at=([\d.]+)$")
 
 
@@ -35,11 +36,14 @@ def test_a_worker_writing_past_its_disk_limit_is_stopped_with_a_disk_limit_card(
     progress = [(int(match[1]), float(match[2])) for line in job.log_lines.filter(rank=0).order_by("seq")
                 if (match := WRITTEN.match(line.text))]
     assert progress and progress[-1][0] < TARGET_MB * 1024**2, "the writer never reached its target"
-    crossed = next(at for written, at in progress if written > GIB)
+    # Stopped for the limit, not before it: the writer had got to it (a line is printed after each chunk, so
+    # the chunk written after the last line may be what took it over).
+    assert progress[-1][0] + CHUNK > GIB, progress[-1]
+    crossed = next(at for written, at in progress if written + CHUNK > GIB)
     assert job.ended_at is not None
-    print(f"\ndisk limit ({path}): the writer reached {progress[-1][0] / GIB:.2f} GiB against a 1 GiB limit, "
-          f"last heard {progress[-1][1] - crossed:.1f} s after it crossed the limit; the job ended "
-          f"{job.ended_at.timestamp() - crossed:.1f} s after it")
+    print(f"\ndisk limit ({path}): the writer's last line said {progress[-1][0] / GIB:.2f} GiB against a 1 GiB limit "
+          f"(at most one 64 MiB chunk more), {progress[-1][1] - crossed:.1f} s after the chunk that took it past the "
+          f"limit began; the job ended {job.ended_at.timestamp() - crossed:.1f} s after that")
     # The watch looks every WORKER_PROBE_SECONDS (2 s in the tests): a few looks and the teardown, at most.
     assert job.ended_at.timestamp() - crossed < 30
 
