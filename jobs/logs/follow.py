@@ -5,14 +5,26 @@ short call into a thread. The database is the record: a follower reads the lines
 sleeps on the job's Redis stream (JobNews) until there is news, or looks anyway after a while, so a
 lost message or a Redis restart costs it a little latency and never a line. Each line's event id is
 its sequence number; a reconnecting browser sends it back as Last-Event-ID and resumes right after.
+
+A follower's turn (reading a batch and writing it as events, in its thread) is CPU-bound Python, and a
+flooded log keeps every follower busy with turn after turn. Twenty such threads at once hold the GIL so
+long that every other request's thread waits seconds for each of its own turns: the pages and the API
+stop answering. So the log streams of a web process (live followers and downloads) take their turns
+READ_TURNS at a time, first come first served, and one that has more to read at once keeps its turn as
+long again, idle: log streams take at most half of the process' time, whatever the logs and their readers.
+The event loop only hands the text on.
 """
 
+import asyncio
 import json
 import threading
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -34,6 +46,9 @@ EVENT_BATCH_LINES = 1000
 # sleeps on Redis before it looks at the database anyway.
 KEEPALIVE_SECONDS = 15.0
 RECONNECT_MILLISECONDS = 1000
+# How many log streams of one web process read and encode a batch at once (see the module's docstring).
+READ_TURNS = 1
+Read = TypeVar("Read")
 
 
 def line_payload(line: LogLine | StoredLogLine) -> dict:
@@ -54,6 +69,50 @@ def _read(job_id: int, cursor: int, query: dict):
     return job, page
 
 
+@dataclass(frozen=True)
+class EventBatch:
+    text: str  # the events to send, "" for none
+    cursor: int
+    status: str
+    more: bool  # stored lines lie beyond the cursor already
+
+
+def _next_batch(job_id: int, cursor: int, query: dict, sent_status: str | None) -> EventBatch:
+    """The events after the cursor, written out in the follower's thread (not on the event loop)."""
+    job, page = _read(job_id, cursor, query)
+    parts = []
+    if job["status"] != sent_status:
+        parts.append(_event("status", {"status": job["status"], "total": job["log_line_count"],
+                                       "dropped": job["log_lines_dropped"]}))
+    parts += [_event(None, line_payload(line), line.seq) for line in page.lines]
+    if page.next != cursor and (not page.lines or page.lines[-1].seq != page.next):
+        parts.append(_event("cursor", {"next": page.next}, page.next))
+    return EventBatch("".join(parts), page.next, job["status"], page.more)
+
+
+# An asyncio semaphore belongs to the event loop it first waited in: one per loop.
+_read_turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = weakref.WeakKeyDictionary()
+
+
+def read_turn() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    turns = _read_turns.get(loop)
+    if turns is None:
+        turns = _read_turns[loop] = asyncio.Semaphore(READ_TURNS)
+    return turns
+
+
+async def in_turn(read: Callable[[], Read], more: Callable[[Read], bool]) -> Read:
+    """`read()` in the request's thread, in its turn among the process' log streams; when `more(result)` says
+    there is more to read at once, the turn is held as long again, idle (see the module's docstring)."""
+    async with read_turn():
+        started = time.monotonic()
+        result = await sync_to_async(read)()
+        if more(result):
+            await asyncio.sleep(time.monotonic() - started)
+    return result
+
+
 async def log_events(job_id: int, cursor: int, query: dict):
     """The event stream: `message` per line (id = seq), `cursor` when filtered-out lines moved the cursor,
     `status` when the job's state changes, `end` once the job is over and every line was sent."""
@@ -62,23 +121,15 @@ async def log_events(job_id: int, cursor: int, query: dict):
     yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
     sent_status, last_sent = None, time.monotonic()
     while True:
-        job, page = await sync_to_async(_read)(job_id, cursor, query)
-        parts = []
-        if job["status"] != sent_status:
-            sent_status = job["status"]
-            parts.append(_event("status", {"status": sent_status, "total": job["log_line_count"],
-                                           "dropped": job["log_lines_dropped"]}))
-        parts += [_event(None, line_payload(line), line.seq) for line in page.lines]
-        if page.next != cursor and (not page.lines or page.lines[-1].seq != page.next):
-            parts.append(_event("cursor", {"next": page.next}, page.next))
-        cursor = page.next
-        if parts:
-            yield "".join(parts)
+        batch = await in_turn(partial(_next_batch, job_id, cursor, query, sent_status), lambda batch: batch.more)
+        cursor, sent_status = batch.cursor, batch.status
+        if batch.text:
+            yield batch.text
             last_sent = time.monotonic()
-        if page.more:
+        if batch.more:
             continue
-        if job["status"] in FINAL_STATES:
-            yield _event("end", {"status": job["status"], "next": cursor})
+        if batch.status in FINAL_STATES:
+            yield _event("end", {"status": batch.status, "next": cursor})
             return
         if not await news.wait(KEEPALIVE_SECONDS) and time.monotonic() - last_sent >= KEEPALIVE_SECONDS:
             yield ": keep-alive\n\n"
@@ -160,7 +211,8 @@ def _file_chunks(job_id: int, query: dict, through: int):
 async def _async_file_chunks(job_id: int, query: dict, through: int):
     after = 0
     while True:
-        text, after = await sync_to_async(rendered_chunk)(job_id, query, after, through)
+        text, after = await in_turn(partial(rendered_chunk, job_id, query, after, through),
+                                    lambda chunk: chunk[1] is not None)
         if after is None:
             return
         yield text.encode("utf-8")

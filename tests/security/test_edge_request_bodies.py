@@ -138,7 +138,7 @@ CASES = {
 
 
 @pytest.mark.attack("an anonymous 96 MB body (JSON, chunked JSON, chunked upload, sign-in form)",
-                    "refused with 413 before it is read: nothing written to disk, JSON error on API routes")
+                    "a 413 once past its route's limit, no more of it read or spooled; JSON on API routes")
 @pytest.mark.parametrize("case", list(CASES))
 def test_an_oversized_body_is_refused_before_it_is_read_or_spooled_to_disk(web_server, case):
     port, pid = web_server
