@@ -148,6 +148,7 @@ def test_an_oversized_body_is_refused_before_it_is_read_or_spooled_to_disk(web_s
     answer = send_until_answered(port, head, body())
 
     written = written_bytes(pid) - written_before
+    print(f"{case}: {answer.status} after {answer.sent} bytes sent; the server wrote {written} bytes")
     assert answer.status == 413, (answer.status, answer.body[:300])
     assert answer.headers.get("connection") == "close"
     # Django spools what it reads to a temporary file: the part within the limit at most, never the rest.

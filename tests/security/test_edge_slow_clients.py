@@ -106,6 +106,8 @@ def test_clients_that_never_finish_their_headers_are_hung_up_on_after_the_header
     trickle(trickling, PARTIAL_HEAD)
     try:
         ended, told, served = watch_until_hung_up(clients, HEADER_SECONDS + SLACK_SECONDS, trickling, port)
+        print(f"hung up on after {min(ended.values(), default=0):.2f} to {max(ended.values(), default=0):.2f} s; "
+              f"ordinary requests meanwhile took at most {max(served, default=0):.2f} s")
         still_open = len(clients) - len(ended)
         assert not still_open, (f"{still_open} of {len(clients)} slow connections still open after "
                                 f"{HEADER_SECONDS + SLACK_SECONDS} s (header timeout {HEADER_SECONDS} s)")
@@ -158,6 +160,7 @@ def test_a_body_that_stalls_or_trickles_gets_a_408_after_its_timeout(web_server,
     try:
         ended, told, _ = watch_until_hung_up(clients, timeout + SLACK_SECONDS,
                                              list(clients) if pace == "trickled" else [])
+        print(f"{pace}: answered after {min(ended.values(), default=0):.2f} to {max(ended.values(), default=0):.2f} s")
         assert len(ended) == len(clients), (f"{len(clients) - len(ended)} of {len(clients)} slow bodies still open "
                                             f"after {timeout + SLACK_SECONDS} s")
         assert min(ended.values()) >= timeout - 0.5, sorted(ended.values())[:5]
