@@ -5,10 +5,10 @@
 - ApiErrorsAsJsonMiddleware: under /api/, an error answered outside Django REST framework (an unknown route,
   a method a plain view refuses, Django's own 400/413/500 pages) becomes `{"detail": "..."}` like every
   other API error.
-- RequestLimitsMiddleware: a body declared larger than DATA_UPLOAD_MAX_MEMORY_SIZE is refused with 413
-  before anything reads it (multipart bodies are left to Django's parser, which applies the limit to the
-  fields and not to the uploaded files: code directories may be large); a query string holding a NUL is a
-  400 (no filter means one, and PostgreSQL cannot hold it in a query).
+- RequestLimitsMiddleware: a query string holding a NUL is a 400 (no filter means one, and PostgreSQL cannot
+  hold it in a query); a body declared larger than DATA_UPLOAD_MAX_MEMORY_SIZE is a 413 here too, for a
+  console served without the ASGI edge. Under uvicorn, bodies are bounded before Django sees them, chunked
+  ones counted as they come, with the upload route's own limit (console.request_limits).
 - FailureCounter / client_address: failures per client address (bad API tokens) in the cache, for the
   API's authentication and the log stream. A lockout stops guessing from that address, not the people
   who share it: a token that has already authenticated from the address keeps working (the way a

@@ -82,9 +82,17 @@ def start_celery_beat(env: dict[str, str], log_path: Path, preexec_fn: Callable[
 
 def web_server_command(host: str, port: int, log_level: str = "info") -> list[str]:
     """uvicorn serving the console, with the console's own HTTP/1.1 protocol: h11 with a deadline on each
-    request's headers (console.request_limits), which plain uvicorn does not have."""
+    request's headers (console.request_limits), which plain uvicorn does not have.
+
+    X-Forwarded-For and -Proto are taken only from the proxies in TRUSTED_PROXIES: uvicorn's default trusts
+    127.0.0.1, and every client on the console's own host could then choose the address its failures are
+    counted against (console.security)."""
+    from django.conf import settings
+
+    proxies = list(settings.TRUSTED_PROXIES)
+    forwarded = ["--proxy-headers", "--forwarded-allow-ips", ",".join(proxies)] if proxies else ["--no-proxy-headers"]
     return [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", host, "--port", str(port),
-            "--http", "console.request_limits:HeaderDeadlineH11Protocol", "--log-level", log_level]
+            "--http", "console.request_limits:HeaderDeadlineH11Protocol", *forwarded, "--log-level", log_level]
 
 
 def start_web_server(port: int, env: dict[str, str], log_path: Path | None = None, host: str = "127.0.0.1",

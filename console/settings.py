@@ -134,8 +134,11 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if CONSOLE_HTTPS e
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", CONSOLE_HTTPS)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", CONSOLE_HTTPS)
 # The header a TLS-terminating proxy sets to say the client came over HTTPS; it must overwrite whatever the
-# client sent. Empty: none is trusted (uvicorn already takes the scheme from X-Forwarded-Proto when the proxy
-# is on 127.0.0.1, its --forwarded-allow-ips).
+# client sent. Empty: none is trusted (uvicorn takes the scheme from X-Forwarded-Proto only from TRUSTED_PROXIES).
+# The reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the web server believes (addresses or
+# networks, comma-separated): none by default, so a client cannot choose the address its failed logins and
+# bad tokens are counted against. Behind a proxy on this host: TRUSTED_PROXIES=127.0.0.1.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
 _PROXY_SSL_HEADER = env_str("CONSOLE_PROXY_SSL_HEADER", "X-Forwarded-Proto" if CONSOLE_HTTPS else "").strip()
 SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https") if _PROXY_SSL_HEADER else None
 X_FRAME_OPTIONS = env_str("X_FRAME_OPTIONS", "DENY").upper()
