@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs.logs.follow import job_log_events
+from jobs.api.log_events import job_log_events
 
 from . import events, resources, results, views
 

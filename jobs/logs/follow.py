@@ -17,29 +17,18 @@ The event loop only hands the text on.
 
 import asyncio
 import json
-import threading
 import time
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.handlers.asgi import ASGIRequest
-from django.http import JsonResponse, StreamingHttpResponse
-from django.views.decorators.http import require_GET
 
-from console.security import client_address, presents_token, token_failures, token_refusal_detail
-from jobs.access import visible_jobs
-from jobs.forms import form_errors
-from jobs.logs.forms import LogQueryForm, event_cursor
 from jobs.logs.progress import JobNews
 from jobs.logs.store import StoredLogLine, read_after, rendered_chunk
-from jobs.models import FINAL_STATES, ApiToken, LogLine, TrainingJob
+from jobs.models import FINAL_STATES, LogLine, TrainingJob
 
 EVENT_BATCH_LINES = 1000
 # A comment this often keeps proxies from closing a quiet stream; it is also how long a follower
@@ -136,72 +125,16 @@ async def log_events(job_id: int, cursor: int, query: dict):
             last_sent = time.monotonic()
 
 
-def log_file_chunks(request, job_id: int, query: dict, through: int):
-    """The log as the reference platform's files hold it, up to line `through`, a few thousand lines at a time.
-
-    Django consumes a whole iterator of the other kind before sending it (an async one under WSGI, a
-    sync one under ASGI), so the kind follows the server the request came through.
-    """
-    if isinstance(getattr(request, "_request", request), ASGIRequest):
-        return _async_file_chunks(job_id, query, through)
-    return _file_chunks(job_id, query, through)
-
-
-class StreamSlots:
-    """The live log streams each user holds open in this process, at most settings.LOG_STREAMS_PER_USER."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._open: Counter[int] = Counter()
-
-    def open_count(self, user_id: int) -> int:
-        with self._lock:
-            return self._open[user_id]
-
-    def take(self, user_id: int, limit: int) -> Callable[[], None] | None:
-        """A slot's release (safe to call more than once), or None when the user holds `limit` already."""
-        with self._lock:
-            if self._open[user_id] >= limit:
-                return None
-            self._open[user_id] += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            with self._lock:
-                if released:
-                    return
-                released = True
-                self._open[user_id] -= 1
-                if self._open[user_id] <= 0:
-                    del self._open[user_id]
-
-        return release
-
-
-stream_slots = StreamSlots()
-
-
-def holding_slot(events, release: Callable[[], None]):
-    """The event stream, giving its slot back when it ends, fails, is cancelled (the client went away) or,
-    never started, is collected."""
-
-    async def stream():
-        try:
-            async for part in events:
-                yield part
-        finally:
-            release()
-            await events.aclose()
-
-    wrapped = stream()
-    weakref.finalize(wrapped, release)
-    return wrapped
+def file_chunks(job_id: int, query: dict, through: int, asynchronous: bool):
+    """The log as the reference platform's files hold it, up to line `through`, a few thousand lines at a time:
+    an async iterator for the ASGI server, a plain one for WSGI (Django consumes a whole iterator of the
+    other kind before sending it)."""
+    return _async_file_chunks(job_id, query, through) if asynchronous else _file_chunks(job_id, query, through)
 
 
 def _file_chunks(job_id: int, query: dict, through: int):
-    after = 0
-    while True:
+    after: int | None = 0
+    while after is not None:
         text, after = rendered_chunk(job_id, query, after, through)
         if after is None:
             return
@@ -209,68 +142,11 @@ def _file_chunks(job_id: int, query: dict, through: int):
 
 
 async def _async_file_chunks(job_id: int, query: dict, through: int):
-    after = 0
-    while True:
-        text, after = await in_turn(partial(rendered_chunk, job_id, query, after, through),
-                                    lambda chunk: chunk[1] is not None)
+    after: int | None = 0
+    while after is not None:
+        chunk: tuple[str, int | None] = await in_turn(partial(rendered_chunk, job_id, query, after, through),
+                                                      lambda chunk: chunk[1] is not None)
+        text, after = chunk
         if after is None:
             return
         yield text.encode("utf-8")
-
-
-async def request_user(request):
-    """The API's two ways in, for an async view: a DRF token, or the browser's session."""
-    header = request.headers.get("Authorization", "")
-    for keyword in ("Token ", "Bearer "):
-        if header.startswith(keyword):
-            return await sync_to_async(ApiToken.user_of)(header[len(keyword):])
-    user = await request.auser()
-    return user if user.is_authenticated else None
-
-
-def _error(status: int, detail, **headers) -> JsonResponse:
-    body = detail if isinstance(detail, dict) else {"detail": detail}
-    response = JsonResponse(body, status=status)
-    for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
-
-
-@require_GET
-async def job_log_events(request, pk: int):
-    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream).
-
-    Bad tokens count against the client's address as in the rest of the API; each user holds at most
-    LOG_STREAMS_PER_USER streams open at once (the next is a 429).
-    """
-    address, token_tried = client_address(request), presents_token(request)
-    if token_tried:
-        wait = await sync_to_async(token_failures.seconds_refused)(address)
-        if wait:
-            return _error(429, token_refusal_detail(wait), Retry_After=str(wait))
-    user = await request_user(request)
-    if user is None:
-        if token_tried:
-            await sync_to_async(token_failures.record)(address)
-            return _error(401, "Invalid token.", WWW_Authenticate="Token")
-        return _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
-    jobs = await sync_to_async(visible_jobs)(user)  # asks the database for the user's permissions
-    job_id = await jobs.filter(pk=pk).values_list("pk", flat=True).afirst()
-    if job_id is None:
-        return _error(404, "No TrainingJob matches the given query.")
-    form = LogQueryForm(request.GET)
-    if not form.is_valid():
-        return _error(400, form_errors(form))
-    try:
-        cursor = event_cursor(request.headers.get("Last-Event-ID"), form.cleaned_data["after"])
-    except ValidationError as error:
-        return _error(400, {"Last-Event-ID": error.messages})
-    release = stream_slots.take(user.pk, settings.LOG_STREAMS_PER_USER)
-    if release is None:
-        return _error(429, f"{settings.LOG_STREAMS_PER_USER} live log streams are open already, the most one user "
-                           "may hold: close one first.", Retry_After="5")
-    response = StreamingHttpResponse(holding_slot(log_events(job_id, cursor, form.cleaned_data), release),
-                                     content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response

@@ -14,8 +14,8 @@ from django.test import AsyncClient
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from jobs.logs import follow
-from jobs.logs.follow import StreamSlots, holding_slot
+from jobs.api import log_events as follow
+from jobs.api.log_events import StreamSlots, holding_slot
 from jobs.models import ApiToken, JobStatus, TrainingJob
 from tests.fixtures import password_of
 from tests.unit.log_helpers import quiet_redis, rank_line, store  # noqa: F401
