@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
 	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
-	podman runc debootstrap cmake g++
+	podman runc nftables debootstrap cmake g++
 
 .PHONY: run test unit-test system-packages venv messages check images clean
 
