@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # What the console and its local cluster need from Debian: Redis, OpenSSH, namespaces and bridges
 # (iproute2, util-linux), Podman with runc (Debian's crun refuses this kernel's hybrid cgroups) for the
-# workers' containers, debootstrap to build the engine images, Open MPI and mpi4py for the bare-mpirun
+# workers' containers, nftables for each job's network policy on its nodes, debootstrap to build the engine images, Open MPI and mpi4py for the bare-mpirun
 # benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`,
 # cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
