@@ -249,7 +249,7 @@ def bare_plan(owner, nodes, form_data: dict):
     from jobs.forms import TrainingJobForm
     from jobs.launch.plan import new_key_pair, plan_job
     from jobs.launch.platform_env import worker_hostname
-    from jobs.models import JobStatus, LauncherDefaults, Worker
+    from jobs.models import JobStatus, LauncherDefaults, Worker, workers_launch_values
     from jobs.submission import job_from_form, sshd_port_for
 
     form = TrainingJobForm(data=form_data)
@@ -261,7 +261,7 @@ def bare_plan(owner, nodes, form_data: dict):
     job.save(update_fields=["sshd_port"])
     workers = [Worker(job=job, index=index, node=node, node_name=node.name, address=node.address,
                       hostname=worker_hostname(job.dns_name, index)) for index, node in enumerate(nodes)]
-    return plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
+    return plan_job(job.launch_values(), workers_launch_values(workers), work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
                     preferred_uid=settings.JOB_USER_PREFERRED_UID, client_key=new_key_pair(), host_key=new_key_pair())
 
 

@@ -87,7 +87,7 @@ def preview(form: TrainingJobForm) -> PreviewAnswer:
     job = _job_as_it_would_be(form)
     hostnames = [worker_hostname(job.dns_name, index) for index in range(job.node_count)]
     try:
-        command = job_command(job, hostnames, [f"<{name} address>" for name in hostnames])
+        command = job_command(job.launch_values(), hostnames, [f"<{name} address>" for name in hostnames])
     except CommandError as error:
         errors.setdefault(error.field, []).append(error.message)
         answer["blocking"] = [error.field]

@@ -48,7 +48,7 @@ def worker0_environment(job: TrainingJob) -> dict[str, str]:
     addresses = [worker.address for worker in job.workers.order_by("index")]
     if not addresses:
         return dict(job.env)
-    return worker_environment_for(job, 0, addresses)
+    return worker_environment_for(job.launch_values(), 0, addresses)
 
 
 def display(job: TrainingJob) -> JobDisplay:

@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -14,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
-from jobs.launch.plan import SshTarget
+from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
 
 from .secret_box import open_secret, seal_secret
 
@@ -489,6 +490,32 @@ class TrainingJob(models.Model):
         slug = re.sub(r"[^a-z0-9-]+", "-", self.name.lower()).strip("-")[:40] or "job"
         return f"{slug}-{self.pk}"
 
+    def launch_values(self) -> JobValues:
+        """What the launch plan needs of this job, as plain values (jobs.launch.plan is computed from these)."""
+        spec = self.spec
+        return JobValues(
+            job_id=self.pk or 0,
+            dns_name=self.dns_name,
+            spec=SpecValues(cpu_cores=spec.cpu_cores, memory_gb=spec.memory_gb, gpu_count=spec.gpu_count,
+                            processes_per_node=spec.processes_per_node, disk_gb=spec.disk_gb),
+            node_count=self.node_count,
+            image=self.engine_version.image,
+            python=self.engine_version.python,
+            code_dir_name=self.code_dir.name,
+            code_dir_path=self.code_dir.path,
+            boot_file=self.boot_file,
+            sshd_port=self.sshd_port or 0,
+            parameters=tuple((str(item["name"]), str(item["value"])) for item in self.parameters),
+            env={str(name): str(value) for name, value in self.env.items()},
+            engine_env={str(name): str(value) for name, value in self.engine_version.default_env.items()},
+            restart_count=self.restart_count,
+            bind_args=self.bind_args,
+            x_args=self.x_args,
+            mca_args=self.mca_args,
+            extra_args=self.extra_args,
+            tune_prefixes=tuple(prefix for prefix in self.tune_prefixes.split(",") if prefix),
+        )
+
     @property
     def duration_seconds(self) -> float | None:
         if not self.started_at:
@@ -612,6 +639,20 @@ class Worker(models.Model):
     @property
     def name(self) -> str:
         return f"worker-{self.index}"
+
+    def launch_values(self) -> WorkerValues | None:
+        """This worker and its node as the launch plan takes them; None once its node is gone."""
+        node = self.node
+        if node is None:
+            return None
+        return WorkerValues(index=self.index, address=self.address, hostname=self.hostname, node=node.ssh_target(),
+                            container_name=self.container_name, node_gpu_count=len(node.health.get("gpus") or []),
+                            node_has_cdi=bool(node.health.get("cdi")))
+
+
+def workers_launch_values(workers: Iterable[Worker]) -> list[WorkerValues]:
+    """The launch plan's view of a job's workers (ordered as given), those whose node is gone left out."""
+    return [values for worker in workers if (values := worker.launch_values()) is not None]
 
 
 class JobEvent(models.Model):

@@ -1,8 +1,10 @@
 """The launch plan: everything a job's run needs, computed once from the job and its allocated workers.
 
-Pure: no SSH and no database writes. The form's preview, the run on the nodes and the job pages all
-take the command, each worker's environment and the rank placement from here, so what a user is
-shown is what runs. The runtime keeps the plan's command, hostfile and tune file on the job.
+Pure: computed from plain values (JobValues, WorkerValues; the models fill them, see
+TrainingJob.launch_values), with no SSH, no database and no model in sight. The form's preview, the run on
+the nodes, the job pages and any client take the command, each worker's environment and the rank
+placement from here, so what a user is shown is what runs. The runtime keeps the plan's command, hostfile
+and tune file on the job, and the rank placement with its launch cursor.
 """
 
 from __future__ import annotations
@@ -10,17 +12,13 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jobs.launch.command_builder import CommandError, LaunchCommand, LaunchInputs, build_launch_command, split_args
 from jobs.launch.platform_env import hosts_file_text, worker_environment
-
-if TYPE_CHECKING:
-    from jobs.models import TrainingJob, Worker
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,55 @@ class SshTarget:
     private_key: str
     # One OpenSSH public key line; empty means "trust on first use" (the caller records what was seen).
     host_key: str = ""
+
+
+@dataclass(frozen=True)
+class SpecValues:
+    """What a resource spec gives each worker (ResourceSpec)."""
+
+    cpu_cores: int
+    memory_gb: int
+    gpu_count: int
+    processes_per_node: int
+    disk_gb: int = 50
+
+
+@dataclass(frozen=True)
+class JobValues:
+    """What the plan needs of a job, as plain values (TrainingJob.launch_values fills them)."""
+
+    job_id: int
+    dns_name: str
+    spec: SpecValues
+    node_count: int
+    image: str
+    python: str
+    code_dir_name: str
+    code_dir_path: str
+    boot_file: str
+    sshd_port: int = 0
+    parameters: tuple[tuple[str, str], ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    engine_env: dict[str, str] = field(default_factory=dict)
+    restart_count: int = 0
+    bind_args: str = ""
+    x_args: str = ""
+    mca_args: str = ""
+    extra_args: str = ""
+    tune_prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerValues:
+    """One allocated worker and its node, as plain values (Worker.launch_values fills them)."""
+
+    index: int
+    address: str
+    hostname: str
+    node: SshTarget
+    container_name: str = ""
+    node_gpu_count: int = 0
+    node_has_cdi: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,8 +137,7 @@ class ContainerLimits:
     disk_bytes: int = 50 * 1024**3
 
 
-def container_limits(job: TrainingJob) -> ContainerLimits:
-    spec = job.spec
+def container_limits(spec: SpecValues) -> ContainerLimits:
     memory = spec.memory_gb * 1024**3
     # /dev/shm (NCCL's and Open MPI's shared memory) is half the memory, as a tmpfs of the node would be.
     return ContainerLimits(cpus=spec.cpu_cores, memory_bytes=memory, shm_bytes=memory // 2, gpus=spec.gpu_count,
@@ -108,8 +154,8 @@ def gpu_devices_for(gpus_wanted: int, node_gpu_count: int, cdi_available: bool) 
     return tuple(f"nvidia.com/gpu={index}" for index in range(gpus_wanted))
 
 
-def new_container_name(job: TrainingJob, index: int) -> str:
-    return f"tc-{job.pk}-w{index}-{secrets.token_hex(4)}"
+def new_container_name(job_id: int, index: int) -> str:
+    return f"tc-{job_id}-w{index}-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -192,81 +238,81 @@ def rank_workers(mpirun_options: str, processes_per_node: int, node_count: int) 
     return tuple(rank // per_node for rank in range(total))
 
 
-def worker_environment_for(job: TrainingJob, index: int, addresses: Sequence[str]) -> dict[str, str]:
+def worker_environment_for(job: JobValues, index: int, addresses: Sequence[str]) -> dict[str, str]:
     """One worker's variables, as its container gets them; the preview and the pages use the same."""
     return worker_environment(
         job_dns=job.dns_name,
         worker_index=index,
         worker_addresses=addresses,
         gpus_per_node=job.spec.gpu_count,
-        engine_env=job.engine_version.default_env,
+        engine_env=job.engine_env,
         user_env=job.env,
         restart_count=job.restart_count,
     )
 
 
-def launch_inputs(job: TrainingJob, worker_hostnames: list[str], worker0_env: Mapping[str, str]) -> LaunchInputs:
+def launch_inputs(job: JobValues, worker_hostnames: list[str], worker0_env: Mapping[str, str]) -> LaunchInputs:
     """What the command builder needs from a job."""
     return LaunchInputs(
         processes_per_node=job.spec.processes_per_node,
         worker_hostnames=worker_hostnames,
-        sshd_port=job.sshd_port or 0,
-        python=job.engine_version.python,
-        code_dir_name=job.code_dir.name,
+        sshd_port=job.sshd_port,
+        python=job.python,
+        code_dir_name=job.code_dir_name,
         boot_file=job.boot_file,
-        parameters=[(item["name"], item["value"]) for item in job.parameters],
+        parameters=list(job.parameters),
         worker0_env=dict(worker0_env),
         bind_args=job.bind_args,
         x_args=job.x_args,
         mca_args=job.mca_args,
         extra_args=job.extra_args,
-        tune_prefixes=[prefix for prefix in job.tune_prefixes.split(",") if prefix],
+        tune_prefixes=list(job.tune_prefixes),
     )
 
 
-def job_command(job: TrainingJob, worker_hostnames: list[str], addresses: Sequence[str]) -> LaunchCommand:
+def job_command(job: JobValues, worker_hostnames: list[str], addresses: Sequence[str]) -> LaunchCommand:
     return build_launch_command(launch_inputs(job, worker_hostnames, worker_environment_for(job, 0, addresses)))
 
 
-def job_rank_workers(job: TrainingJob) -> tuple[int, ...]:
+def job_rank_workers(job: JobValues) -> tuple[int, ...]:
     return rank_workers(f"{job.bind_args} {job.extra_args}", job.spec.processes_per_node, job.node_count)
 
 
-def worker_plans(job: TrainingJob, workers: Sequence[Worker], work_root: str,
+def worker_plans(job: JobValues, workers: Sequence[WorkerValues], work_root: str,
                  environments: Sequence[Mapping[str, str]] | None = None) -> list[WorkerPlan]:
     root = work_root.rstrip("/")
     return [
         WorkerPlan(
             index=worker.index,
-            node=worker.node.ssh_target(),
+            node=worker.node,
             address=worker.address,
             hostname=worker.hostname,
             env=dict(environments[worker.index]) if environments else {},
             workdir=f"{root}/{job.dns_name}/worker-{worker.index}",
-            container_name=worker.container_name or new_container_name(job, worker.index),
-            gpu_devices=gpu_devices_for(job.spec.gpu_count, len(worker.node.health.get("gpus") or []),
-                                        bool(worker.node.health.get("cdi"))),
+            container_name=worker.container_name or new_container_name(job.job_id, worker.index),
+            gpu_devices=gpu_devices_for(job.spec.gpu_count, worker.node_gpu_count, worker.node_has_cdi),
         )
         for worker in workers
-        if worker.node
     ]
 
 
-def plan_job(job: TrainingJob, workers: Sequence[Worker], *, work_root: str, user: str, preferred_uid: int,
-             client_key: KeyPair, host_key: KeyPair) -> JobPlan:
-    """The plan of a job whose workers are allocated (ordered by index)."""
+def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str, user: str, preferred_uid: int,
+             client_key: KeyPair, host_key: KeyPair, rank_placement: Sequence[int] | None = None) -> JobPlan:
+    """The plan of a job whose workers are allocated (ordered by index). `rank_placement`: where the ranks
+    were put when the run was launched (kept with its cursor), so that a run taken up again places them as
+    launched, whatever an administrator changed since."""
     addresses = [worker.address for worker in workers]
     environments = [worker_environment_for(job, worker.index, addresses) for worker in workers]
     command = build_launch_command(launch_inputs(job, [worker.hostname for worker in workers], environments[0]))
     return JobPlan(
-        job_id=job.pk,
+        job_id=job.job_id,
         job_dns=job.dns_name,
         user=user,
         preferred_uid=preferred_uid,
-        sshd_port=job.sshd_port or 0,
+        sshd_port=job.sshd_port,
         processes_per_node=job.spec.processes_per_node,
-        code_dir_name=job.code_dir.name,
-        code_dir_path=job.code_dir.path,
+        code_dir_name=job.code_dir_name,
+        code_dir_path=job.code_dir_path,
         client_private_key=client_key.private,
         client_public_key=client_key.public,
         host_private_key=host_key.private,
@@ -279,7 +325,7 @@ def plan_job(job: TrainingJob, workers: Sequence[Worker], *, work_root: str, use
         workers=worker_plans(job, workers, work_root, environments),
         command_template=command.template,
         command=command.expanded,
-        rank_workers=job_rank_workers(job),
-        image=job.engine_version.image,
-        limits=container_limits(job),
+        rank_workers=tuple(rank_placement) if rank_placement else job_rank_workers(job),
+        image=job.image,
+        limits=container_limits(job.spec),
     )

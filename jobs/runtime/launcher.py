@@ -72,6 +72,9 @@ class LaunchCursor(TypedDict, total=False):
     stdout: StreamCursor
     stderr: StreamCursor
     ended: RunEnding
+    # The worker of each rank as the run was launched: a run taken up again places them the same, whatever
+    # an administrator changed in the spec or the launcher defaults since.
+    rank_workers: list[int]
 
 
 class FollowedFile:
@@ -148,7 +151,8 @@ class Follow:
                       STDERR: FollowedFile(LogStream.STDERR, plan, cursor.get("stderr"))}
 
     def cursor(self) -> LaunchCursor:
-        return {"stdout": self.files[STDOUT].cursor(), "stderr": self.files[STDERR].cursor()}
+        return {"stdout": self.files[STDOUT].cursor(), "stderr": self.files[STDERR].cursor(),
+                "rank_workers": list(self.plan.rank_workers)}
 
     async def run(self) -> int | None:
         """mpirun's exit code; None when it ended without one (it was killed) or the job was stopped meanwhile."""

@@ -14,10 +14,10 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from jobs.launch.plan import job_rank_workers, worker_plans
+from jobs.launch.plan import worker_plans
 from jobs.logs.store import service_line
-from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob
-from jobs.runtime.ending import record_teardown, settle, unclean_workers
+from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob, workers_launch_values
+from jobs.runtime.ending import launched_rank_workers, record_teardown, settle, unclean_workers
 from jobs.runtime.ownership import owner_is_gone
 from jobs.runtime.teardown import teardown_all
 
@@ -93,9 +93,10 @@ def reap(job: TrainingJob) -> None:
         settle(job.pk, RunOutcome.STOPPED, None, "stopped before launch", [])
         return
     service_line(job.pk, "The run of this job was lost (its worker stopped); ending its containers")
-    workers = list(job.workers.select_related("node").order_by("index"))
-    results = asyncio.run(teardown_all(worker_plans(job, workers, settings.NODE_WORK_ROOT))) if job.sealed_ssh_key else []
+    workers = workers_launch_values(job.workers.select_related("node").order_by("index"))
+    results = (asyncio.run(teardown_all(worker_plans(job.launch_values(), workers, settings.NODE_WORK_ROOT)))
+               if job.sealed_ssh_key else [])
     if results:
-        record_teardown(job.pk, results, job_rank_workers(job))
+        record_teardown(job.pk, results, launched_rank_workers(job))
     settle(job.pk, RunOutcome.ABNORMAL, None, "the console lost the run of this job (its worker stopped)",
            unclean_workers(results))

@@ -28,13 +28,22 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from jobs.allocation import release_nodes
-from jobs.launch.plan import JobPlan, job_rank_workers, new_key_pair, plan_job, worker_plans
+from jobs.launch.plan import JobPlan, new_key_pair, plan_job, worker_plans
 from jobs.logs.sink import LogSink
 from jobs.logs.store import RunTakenOver, service_line
-from jobs.models import JobEvent, JobStatus, LauncherDefaults, RunOutcome, TrainingJob, Worker, WorkerState
+from jobs.models import (
+    JobEvent,
+    JobStatus,
+    LauncherDefaults,
+    RunOutcome,
+    TrainingJob,
+    Worker,
+    WorkerState,
+    workers_launch_values,
+)
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
-from jobs.runtime.ending import move, record_teardown, settle, unclean_workers
+from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import LaunchCursor, launch
 from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
@@ -70,8 +79,8 @@ def record_plan(job: TrainingJob, plan: JobPlan) -> None:
 
 
 def plan_allocated_job(job: TrainingJob) -> JobPlan:
-    workers = list(job.workers.select_related("node").order_by("index"))
-    plan = plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
+    workers = workers_launch_values(job.workers.select_related("node").order_by("index"))
+    plan = plan_job(job.launch_values(), workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
                     preferred_uid=settings.JOB_USER_PREFERRED_UID, client_key=new_key_pair(), host_key=new_key_pair())
     record_plan(job, plan)
     return plan
@@ -431,7 +440,7 @@ def stop_running_job(job_id: int) -> None:
     if job.status != JobStatus.TERMINATING or not job.sealed_ssh_key or followed_by_a_live_run(job):
         return
     service_line(job_id, "Stopping: ending the containers on every node")
-    workers = list(job.workers.select_related("node").order_by("index"))
-    results = asyncio.run(teardown_all(worker_plans(job, workers, settings.NODE_WORK_ROOT)))
-    # The run's plan lives in another process: the placement is computed from the job as the plan did.
-    record_teardown(job_id, results, job_rank_workers(job))
+    workers = workers_launch_values(job.workers.select_related("node").order_by("index"))
+    results = asyncio.run(teardown_all(worker_plans(job.launch_values(), workers, settings.NODE_WORK_ROOT)))
+    # The run's plan lives in another process: the placement is the one it launched with.
+    record_teardown(job_id, results, launched_rank_workers(job))

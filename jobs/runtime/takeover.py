@@ -15,7 +15,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.launch.plan import KeyPair, plan_job
-from jobs.models import JobStatus, TrainingJob
+from jobs.models import JobStatus, TrainingJob, workers_launch_values
+from jobs.runtime.ending import launched_rank_workers
 from jobs.runtime.run import JobRun, in_own_context, new_owner
 from jobs.secret_box import open_secret
 
@@ -32,11 +33,12 @@ def claim(job_id: int, seen_owner: str, seen_heartbeat: datetime | None) -> str 
 
 def resumed_plan(job: TrainingJob):
     """The plan the job was launched with, from what was kept of it (its keys, its workers' containers)."""
-    workers = list(job.workers.select_related("node").order_by("index"))
-    return plan_job(job, workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
+    workers = workers_launch_values(job.workers.select_related("node").order_by("index"))
+    return plan_job(job.launch_values(), workers, work_root=settings.NODE_WORK_ROOT, user=settings.JOB_USER,
                     preferred_uid=settings.JOB_USER_PREFERRED_UID,
                     client_key=KeyPair(private=open_secret(job.sealed_ssh_key), public=""),
-                    host_key=KeyPair(private="", public=job.host_public_key))
+                    host_key=KeyPair(private="", public=job.host_public_key),
+                    rank_placement=launched_rank_workers(job))
 
 
 def resume_run(job_id: int, seen_owner: str, seen_heartbeat: datetime | None) -> None:

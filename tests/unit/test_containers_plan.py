@@ -4,7 +4,7 @@ and a node without the container runtime is out of service."""
 import pytest
 
 from jobs.launch.plan import KeyPair, gpu_devices_for, pids_limit_for, plan_job
-from jobs.models import Node
+from jobs.models import Node, workers_launch_values
 from jobs.runtime.containers import run_argv
 from jobs.runtime.node_health import Probe, record
 
@@ -23,8 +23,8 @@ def planned(make_job):
         workers.append(job.workers.create(index=index, node=node, node_name=node.name, address=node.address,
                                           hostname=f"{job.dns_name}-worker-{index}"))
     keys = KeyPair("private", "public")
-    return job, plan_job(job, workers, work_root="/srv/jobs", user="ma-user", preferred_uid=1000,
-                         client_key=keys, host_key=keys)
+    return job, plan_job(job.launch_values(), workers_launch_values(workers), work_root="/srv/jobs", user="ma-user",
+                         preferred_uid=1000, client_key=keys, host_key=keys)
 
 
 def test_a_worker_container_gets_the_specs_limits_the_jobs_names_and_no_privilege(planned):
@@ -70,8 +70,8 @@ def test_a_gpu_spec_gives_each_worker_its_nodes_gpus(planned):
     job.spec.gpu_count, job.spec.gpu_model = 8, "NVIDIA-A100"
     job.spec.save()
     keys = KeyPair("private", "public")
-    plan = plan_job(job, list(job.workers.select_related("node").order_by("index")), work_root="/srv/jobs",
-                    user="ma-user", preferred_uid=1000, client_key=keys, host_key=keys)
+    plan = plan_job(job.launch_values(), workers_launch_values(job.workers.select_related("node").order_by("index")),
+                    work_root="/srv/jobs", user="ma-user", preferred_uid=1000, client_key=keys, host_key=keys)
     argv = run_argv(plan, plan.workers[0])
     assert argv[argv.index("--device") + 1] == "nvidia.com/gpu=all"
 
