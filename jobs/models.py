@@ -243,7 +243,7 @@ class LauncherDefaults(models.Model):
         blank=True,
         help_text=_("mpirun options users may give in OPENMPI_EXTRA_ARGS beyond the built-in list, one per line: "
                     "the option alone for a flag, or the option and a regular expression its value must match, "
-                    "e.g. '--display-topo', '--rank-by (slot|node)' or, for an MCA parameter, '--mca coll_hcoll_enable [01]' "
+                    "e.g. '--display-topo', '--timeout [0-9]+' or, for an MCA parameter, '--mca coll_hcoll_enable [01]' "
                     "(the expression matches the name and the value)."),
     )
     outputs_max_bytes = models.PositiveBigIntegerField(

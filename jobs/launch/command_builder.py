@@ -90,13 +90,13 @@ def split_args(field_name: str, text: str) -> list[str]:
 #             interfaces, btl_tcp_/btl_vader_/btl_openib_/pml_ob1_/pml_ucx_/coll_tuned_ tuning, a few
 #             mpi_ booleans), with a value of that family's shape; never plm_*, orte_*, mca_base_*, nor a
 #             name holding agent, prefix, file, dir, path, exec, launch, cmd
-#   --bind-to POLICY[:if-supported]   --map-by POLICY[:PE=n,SPAN,NOOVERSUBSCRIBE]   (no OVERSUBSCRIBE, no ppr)
+#   --bind-to POLICY[:if-supported]   --map-by POLICY[:PE=n,NOOVERSUBSCRIBE]   (no OVERSUBSCRIBE, no ppr, no SPAN)
 # Every option is accepted with one dash or two (-report-bindings, --mca), as mpirun accepts them.
 #
 # The administrator extends the list in LauncherDefaults.extra_options_allowed, one option a line
 # (blank lines and lines starting with # are skipped):
 #   --display-topo                    a flag
-#   --rank-by (slot|node)             an option and a regular expression (RE2) its value must fully match
+#   --timeout [0-9]+                  an option and a regular expression (RE2) its value must fully match
 #   --mca coll_hcoll_enable [01]      for --mca the expression matches "NAME VALUE"
 # An option in NEVER_OPTIONS cannot be allowed, and what holds for everyone (check_mpirun_options) still
 # holds: reserved MCA names and variable names stay refused, and every option value but -x's keeps to
@@ -128,6 +128,10 @@ NEVER_OPTIONS: dict[str, str] = {
     **dict.fromkeys(("prefix", "noprefix", "launch-agent", "app", "wdir", "wd", "path", "preload-files",
                      "preload-binary", "s", "debugger", "debug", "tv", "xterm"), _RUNS),
     **dict.fromkeys(("rankfile", "rf", "npernode", "N", "npersocket", "pernode", "ppr", "oversubscribe"), _PLACES),
+    # The console puts each rank's lines and end on its worker by the plan's placement (plan.rank_workers),
+    # which models slot and node mapping over equal slots: what reorders ranks or spreads them otherwise
+    # would have the log and the failure card name another worker than the one a rank ran on.
+    **dict.fromkeys(("rank-by", "bynode", "byslot", "cpus-per-proc", "cpus-per-rank"), _PLACES),
     "allow-run-as-root": "would let the job's processes run as root",
 }
 # MCA parameters nobody sets: the platform's own, the launcher's component, and whatever names an agent,
@@ -137,11 +141,14 @@ RESERVED_MCA_PARAMS = frozenset({"plm", "plm_rsh_args", "orte_tag_output", "orte
                                  "orte_default_dash_host", "rmaps_base_oversubscribe"})
 RESERVED_MCA_WORDS = ("agent", "prefix", "param_file", "hostfile")
 RESERVED_MCA_PREFIXES = ("mca_base_",)
+# The rank mapper's parameters: the plan's placement is what the log and the card go by (see NEVER_OPTIONS).
+PLACEMENT_MCA_PREFIXES = ("rmaps_",)
 
 BUILTIN_FLAGS = ("report-bindings", "display-map", "display-devel-map", "display-allocation",
                  "display-devel-allocation", "v", "verbose", "tag-output")
 _BIND_TO = r"(?i:(?:none|hwthread|core|l1cache|l2cache|l3cache|socket|numa|board)(?::if-supported)?)"
-_MAP_MODIFIER = r"(?:pe=\d{1,3}|span|nooversubscribe)"
+# No SPAN: it spreads ranks over the nodes otherwise than the plan's placement says (see NEVER_OPTIONS).
+_MAP_MODIFIER = r"(?:pe=\d{1,3}|nooversubscribe)"
 _MAP_BY = (r"(?i:(?:slot|node|core|socket|numa|board|hwthread|l1cache|l2cache|l3cache)"
            rf"(?::{_MAP_MODIFIER}(?:,{_MAP_MODIFIER})*)?)")
 _COMPONENTS = r"\^?[a-z0-9_]+(?:,[a-z0-9_]+)*"
@@ -277,6 +284,8 @@ def mca_param_problem(name: str) -> str | None:
         return "is not an MCA parameter name (lowercase letters, digits and '_')"
     if name in RESERVED_MCA_PARAMS:
         return "is set by the platform or chooses its launcher, and cannot be changed"
+    if name.startswith(PLACEMENT_MCA_PREFIXES):
+        return f"{_PLACES}, and cannot be set"
     if name.startswith(RESERVED_MCA_PREFIXES) or any(word in name for word in RESERVED_MCA_WORDS):
         return "would change what the platform runs on the nodes or where it reads its settings, and cannot be set"
     return None
@@ -307,7 +316,8 @@ def _check_export(field_name: str, word: str, given: str) -> None:
 def _check_placement(field_name: str, word: str, key: str, value: str) -> None:
     if key == "map-by":
         lowered = value.lower()
-        if "oversubscribe" in lowered.replace("nooversubscribe", "") or lowered.startswith("ppr"):
+        if ("oversubscribe" in lowered.replace("nooversubscribe", "") or lowered.startswith("ppr")
+                or "span" in lowered.split(":", 1)[-1].split(",")):
             raise CommandError(field_name, f"{word} {value}: {_PLACES}")
 
 

@@ -129,7 +129,7 @@ def test_the_launch_checks_again_what_holds_for_everyone_on_every_option_field(f
 def test_the_launch_runs_what_an_administrator_allowed_at_submission():
     # Not on the built-in list, so only an administrator's line let it through the form; the launch,
     # which has no list, keeps to what holds for everyone and runs it.
-    command = build_launch_command(inputs(extra_args="--display-topo --rank-by node --mca coll_hcoll_enable 1"))
+    command = build_launch_command(inputs(extra_args="--display-topo --timeout 600 --mca coll_hcoll_enable 1"))
     assert command.argv[-6:-3] == ["--mca", "coll_hcoll_enable", "1"]
 
 

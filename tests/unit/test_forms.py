@@ -259,10 +259,10 @@ def test_extra_args_are_checked_against_the_administrators_list_of_now(runnable)
 
 
 def test_an_unreadable_stored_list_leaves_the_built_in_one(runnable):
-    LauncherDefaults.objects.filter(pk=1).update(extra_options_allowed="--rank-by (slot")
+    LauncherDefaults.objects.filter(pk=1).update(extra_options_allowed="--timeout (slot")
 
     assert TrainingJobForm(page_data(page_post(runnable, extra_args="--report-bindings"))).is_valid()
-    assert "extra_args" in TrainingJobForm(page_data(page_post(runnable, extra_args="--rank-by slot"))).errors
+    assert "extra_args" in TrainingJobForm(page_data(page_post(runnable, extra_args="--timeout 5"))).errors
 
 
 def test_a_variable_name_ending_in_a_line_break_is_refused(runnable):

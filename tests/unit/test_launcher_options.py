@@ -37,7 +37,7 @@ ESCAPES = {
     "--map-by ppr:8:node": "ppr:8:node",
     "--map-by slot:OVERSUBSCRIBE": "slot:OVERSUBSCRIBE",
     "--map-by slot --oversubscribe": "--oversubscribe",
-    "--map-by node:span,oversubscribe": "node:span,oversubscribe",
+    "--map-by node:nooversubscribe,oversubscribe": "node:nooversubscribe,oversubscribe",
     "-x LD_PRELOAD=/tmp/evil.so": "LD_PRELOAD",
     "-x OMPI_MCA_plm_rsh_agent=/tmp/a": "OMPI_MCA_plm_rsh_agent",
     "-x OPAL_PREFIX=/tmp/ompi": "OPAL_PREFIX",
@@ -85,7 +85,7 @@ ALLOWED = [
     "--mca btl ^openib,vader --mca pml ob1 --mca coll_tuned_use_dynamic_rules 1 --mca btl_tcp_eager_limit 65536",
     "--mca mpi_warn_on_fork 0 --mca pml_ucx_tls any",
     "-bind-to none -map-by slot",
-    "--bind-to core:if-supported --map-by socket:PE=2,SPAN",
+    "--bind-to core:if-supported --map-by socket:PE=2,NOOVERSUBSCRIBE",
     "--map-by node:NOOVERSUBSCRIBE",
     "",
 ]
@@ -115,7 +115,7 @@ def test_an_option_not_on_the_list_says_it_can_be_allowed_by_an_administrator():
 EXTENSION = """
 # what our users asked for
 --display-topo
---rank-by (slot|node)
+--timeout [0-9]+
 --mca coll_hcoll_enable [01]
 --bind-to core:overload-allowed
 """
@@ -124,21 +124,21 @@ EXTENSION = """
 def test_the_administrators_lines_extend_the_list():
     options = allowed_options(EXTENSION)
 
-    assert validate_extra_args("--display-topo --rank-by node --mca coll_hcoll_enable 1", options)
+    assert validate_extra_args("--display-topo --timeout 600 --mca coll_hcoll_enable 1", options)
     assert validate_extra_args("--bind-to core:overload-allowed --bind-to none", options)
     assert set(BUILTIN_OPTIONS) < set(options)
 
 
-@pytest.mark.parametrize("extra", ["--rank-by core", "--mca coll_hcoll_enable 2", "--display-topo x", "--mca coll_hcoll_np 1"])
+@pytest.mark.parametrize("extra", ["--timeout soon", "--mca coll_hcoll_enable 2", "--display-topo x", "--mca coll_hcoll_np 1"])
 def test_an_administrators_regex_must_match_the_whole_value(extra):
     with pytest.raises(CommandError):
         validate_extra_args(extra, allowed_options(EXTENSION))
 
 
 def test_what_holds_for_everyone_holds_through_the_administrators_lines_too():
-    options = allowed_options("--rank-by .*\n--mca .*\n--output-filename .*")
+    options = allowed_options("--timeout .*\n--mca .*\n--output-filename .*")
 
-    for extra, named in [("--rank-by 'a;b'", "--rank-by"), ("--mca plm_rsh_agent /tmp/x", "plm_rsh_agent"),
+    for extra, named in [("--timeout 'a;b'", "--timeout"), ("--mca plm_rsh_agent /tmp/x", "plm_rsh_agent"),
                          ("--mca orte_rsh_agent sh", "orte_rsh_agent"), ("--mca x '$(id)'", "x"),
                          ("--output-filename '/tmp/$(id)'", "--output-filename"), ("--prefix /tmp", "--prefix")]:
         with pytest.raises(CommandError) as caught:
@@ -153,12 +153,12 @@ def test_what_holds_for_everyone_holds_through_the_administrators_lines_too():
         ("--report-bindings\nbogus", "line 2: 'bogus' is not an mpirun option"),
         ("--prefix", "line 1: --prefix cannot be allowed"),
         ("-np \\d+", "line 1: -np cannot be allowed"),
-        ("--rank-by (slot", "line 1: '(slot' is not a regular expression"),
-        ("--rank-by (?=slot)", "is not a regular expression RE2 can run"),
+        ("--timeout (slot", "line 1: '(slot' is not a regular expression"),
+        ("--timeout (?=slot)", "is not a regular expression RE2 can run"),
         ("--report-bindings (yes|no)", "--report-bindings is a flag here"),
         ("--bind-to", "--bind-to takes a value"),
         ("--foo x+\n--foo", "line 2: --foo takes a value"),
-        ("--rank-by " + "a" * 501, "longer than 500"),
+        ("--timeout " + "a" * 501, "longer than 500"),
     ],
 )
 def test_a_line_the_list_cannot_use_is_refused_saying_which(text, said):
@@ -171,7 +171,7 @@ def test_a_line_the_list_cannot_use_is_refused_saying_which(text, said):
 @pytest.mark.django_db
 def test_the_launcher_defaults_refuse_a_bad_list_and_a_reserved_default_on_their_fields():
     defaults = LauncherDefaults.current()
-    defaults.extra_options_allowed = "--rank-by (slot"
+    defaults.extra_options_allowed = "--timeout (slot"
     defaults.mca_args = "-mca pml ob1 -mca orte_fork_agent /tmp/agent"
     defaults.x_args = "-x LD_LIBRARY_PATH -x OMPI_MCA_plm_rsh_agent=/tmp/a"
     defaults.bind_args = "-bind-to none -map-by slot:OVERSUBSCRIBE"
