@@ -21,8 +21,8 @@ from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
-from tests.suite_tables import collect_rows, record_result, write_tables
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
+from tests.suite_tables import collect_rows, record_result, write_tables
 
 # TEST_RUN_ID (0-99) keeps test runs that share this machine apart: their own bridge, subnet and
 # node work directories, apart from any console running here, so each cleans up only its own.
