@@ -149,8 +149,13 @@ def explain_failure(facts: FailureFacts) -> FailureCard:
         record = facts.records.get(rank)
         worker = record.worker if record and record.worker is not None else worker_of_rank(facts.rank_workers, rank)
         card["worker"], card["node"] = worker, facts.nodes.get(worker, "")
-        exit_code = record.exit_code if record else report.exit_code
-        signal = record.signal if record else report.signal
+        # mpirun's own word on the rank it names comes first: a rank record is written in the job's home, the
+        # job's own claim, and adds only what mpirun did not say.
+        if report.rank == rank and (report.exit_code is not None or report.signal is not None):
+            exit_code, signal = report.exit_code, report.signal
+        else:
+            exit_code = record.exit_code if record else report.exit_code
+            signal = record.signal if record else report.signal
         end_kind, card["how"] = describe_end(exit_code, signal)
         card["exit_code"] = exit_code if exit_code is not None else facts.exit_code
         card["signal"] = signal

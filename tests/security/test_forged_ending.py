@@ -88,3 +88,17 @@ def test_a_job_that_forges_its_ending_and_fails_ends_failed_as_mpirun_says(api, 
     assert job.failure["rank"] == 1, job.failure
     assert "exit code 3" in job.failure["title"] or job.failure["exit_code"] == 3, job.failure
     assert_forged_lines_are_rank_0s_own(job)
+
+
+@pytest.mark.attack("a failing rank's record claims exit 0 or another signal than mpirun saw",
+                    "the card tells mpirun's exit code and signal for the rank it names")
+def test_a_forged_rank_record_cannot_change_what_the_card_says_of_the_rank_mpirun_names():
+    from jobs.results.failure_card import explain_failure
+    from jobs.results.rank_records import RankRecord
+    from tests.unit.test_outcome import KILLED, NON_ZERO_EXIT, facts
+
+    exited = explain_failure(facts(mpirun_lines=NON_ZERO_EXIT, records={3: RankRecord(3, 1.0, 0, None)}))
+    killed = explain_failure(facts(exit_code=137, mpirun_lines=KILLED, records={1: RankRecord(1, 1.0, 0, None)}))
+
+    assert (exited["rank"], exited["exit_code"], exited["how"]) == (3, 1, "exit code 1")
+    assert (killed["rank"], killed["signal"], killed["kind"]) == (1, 9, "oom")
