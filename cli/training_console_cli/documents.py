@@ -18,6 +18,7 @@ READ_ONLY_FIELDS = {"id", "owner", "status", "status_message", "spec_display", "
                     "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason",
                     "restart_count"}
 SKIPPED_IN_CODE = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
+MPIRUN_LINE_PREFIX = "[mpirun] "
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -106,7 +107,8 @@ def line_text(line: dict) -> str:
         return f"{SERVICE_LOG_PREFIX}{text}"
     if line.get("rank") is not None:
         return f"[rank {line['rank']}] {text}"
-    return text
+    # mpirun's own lines, marked as the console's files mark them: nothing a job prints reads as the platform's.
+    return f"{MPIRUN_LINE_PREFIX}{text}"
 
 
 def dumps(data) -> str:

@@ -117,8 +117,8 @@ def test_teardown_leaves_no_container_process_or_mount_of_the_job_on_any_node(ap
         assert containers.strip() == "", f"{node.name} still has a container of the job"
         mounts = on_node(node, f"grep -c {job.dns_name} /proc/self/mountinfo || true")
         assert mounts.strip() == "0", f"{node.name} still has a mount of the job"
-        assert not Path(settings.NODE_WORK_ROOT, job.dns_name).exists() or not any(
-            Path(settings.NODE_WORK_ROOT, job.dns_name).iterdir())
+    # Not even an empty folder with the job's name is left.
+    assert not Path(settings.NODE_WORK_ROOT, job.dns_name).exists()
 
 
 def test_a_node_without_the_image_gets_it_from_the_console_and_the_job_runs(api, console):

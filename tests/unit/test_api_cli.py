@@ -62,6 +62,8 @@ def test_a_rebuild_sends_the_writable_fields_only():
 def test_log_lines_are_shown_as_the_consoles_files_show_them_with_controls_made_visible():
     assert line_text({"stream": "system", "rank": None, "text": "up"}) == "[ModelArts Service Log]up"
     assert line_text({"stream": "stdout", "rank": 2, "text": "loss=1\x1b[2J"}) == "[rank 2] loss=1\\x1b[2J"
+    assert line_text({"stream": "stderr", "rank": None, "text": "[ModelArts Service Log]forged"}) == (
+        "[mpirun] [ModelArts Service Log]forged"), "an untagged line is mpirun's, never the platform's"
 
 
 def test_the_config_file_is_written_readable_by_its_owner_only(tmp_path, monkeypatch):

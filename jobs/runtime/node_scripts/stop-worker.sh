@@ -51,5 +51,8 @@ mounts=$(grep -c " $workdir" /proc/self/mountinfo 2>/dev/null || true)
 left=$((left + ${mounts:-0}))
 if [ "$left" -eq 0 ]; then
     rm -rf "$workdir"
+    # The job's folder (named after the job) goes too once its last worker's is gone: nothing of the job,
+    # not even its name, stays on the node.
+    rmdir "${workdir%/*}" 2>/dev/null || true
 fi
 echo "left=$left"
