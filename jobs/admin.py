@@ -57,7 +57,7 @@ class ResourceSpecAdmin(admin.ModelAdmin):
     search_fields = ["name", "gpu_model"]
     fieldsets = [
         (None, {"fields": ["name"]}),
-        (_("Per node"), {"fields": ["gpu_count", "gpu_model", "cpu_cores", "memory_gb", "cpu_slots_per_node"]}),
+        (_("Per node"), {"fields": ["gpu_count", "gpu_model", "cpu_cores", "memory_gb", "cpu_slots_per_node", "disk_gb"]}),
         (_("Between nodes"), {"fields": ["network", "max_nodes"]}),
     ]
 

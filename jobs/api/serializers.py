@@ -24,13 +24,15 @@ class SpecSerializer(serializers.ModelSerializer):
     class Meta:
         model = ResourceSpec
         fields = ["id", "name", "display", "gpu_count", "gpu_model", "cpu_cores", "memory_gb",
-                  "cpu_slots_per_node", "processes_per_node", "network", "max_nodes"]
+                  "cpu_slots_per_node", "processes_per_node", "network", "max_nodes", "disk_gb"]
         extra_kwargs = {
             "id": {"help_text": "The spec's id; a submission may name the spec by it or by its name."},
             "name": {"help_text": "What a submission's `spec` names."},
             "gpu_count": {"help_text": "GPUs per node."},
             "cpu_cores": {"help_text": "CPU cores per node."},
             "memory_gb": {"help_text": "Memory per node, in GB."},
+            "disk_gb": {"help_text": "The disk one worker may fill on its node (its home and its container's own "
+                                     "files), in GiB; a worker past it is stopped."},
             "network": {"help_text": "What connects the nodes."},
         }
 

@@ -41,6 +41,7 @@ from jobs.models import (
     WorkerState,
     workers_launch_values,
 )
+from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
@@ -262,7 +263,10 @@ class JobRun:
         if self.lost and exit_code != 0:
             index = min(self.lost)
             node = self.plan.node_names().get(index, "")
-            return RunOutcome.FAILED, f"worker-{index} ({node}) was lost mid-run: {self.lost[index]}"
+            reason = self.lost[index]
+            if reason.startswith(DISK_LIMIT_REASON):  # ended by the worker watch, not lost
+                return RunOutcome.FAILED, f"worker-{index} ({node}) was stopped: {reason}"
+            return RunOutcome.FAILED, f"worker-{index} ({node}) was lost mid-run: {reason}"
         if exit_code is None:
             return RunOutcome.ABNORMAL, "mpirun on worker-0 ended without an exit status"
         return RunOutcome.EXIT, ""
