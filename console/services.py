@@ -34,7 +34,8 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
     deadline = time.monotonic() + timeout
     while not port_answers(host, port):
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"{process.args[0]} exited with {process.returncode} before {host}:{port} opened")
+            program = process.args[0] if isinstance(process.args, list | tuple) else process.args
+            raise RuntimeError(f"{program!s} exited with {process.returncode} before {host}:{port} opened")
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing answered on {host}:{port} within {timeout:.0f} s")
         time.sleep(0.1)

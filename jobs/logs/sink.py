@@ -62,9 +62,10 @@ class LogSink:
             for task in self.tasks:
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self.executor, _close_thread_connection)
-            self.executor.shutdown(wait=False)
+            if self.executor is not None:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self.executor, _close_thread_connection)
+                self.executor.shutdown(wait=False)
 
     async def add(self, record: LogRecord) -> None:
         await self.add_many([record])

@@ -8,7 +8,7 @@ the log and says where it stopped, and a reader that resumes from there neither 
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -127,7 +127,7 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
         if cap is None:
             cap = LauncherDefaults.current().log_cap_bytes
         used, dropped = job["log_bytes"], job["log_lines_dropped"] + dropped_before
-        rows = []  # (worker_index, rank, stream, text, at)
+        rows: list[tuple[int | None, int | None, str, str, datetime]] = []  # (worker_index, rank, stream, text, at)
         limit = settings.LOG_LINE_MAX_BYTES
         for record in records:
             text, size = _clip(record.text, limit)
@@ -142,7 +142,8 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
         start = job["log_line_count"]
         _insert_lines(job_id, start, rows)
         last = start + len(rows)
-        fields = {"log_line_count": last, "log_bytes": used, "log_lines_dropped": dropped, "log_cap_bytes": cap}
+        fields: dict[str, object] = {"log_line_count": last, "log_bytes": used, "log_lines_dropped": dropped,
+                                     "log_cap_bytes": cap}
         if launch_cursor is not None:
             fields["launch_cursor"] = launch_cursor
         TrainingJob.objects.filter(pk=job_id).update(**fields)
@@ -154,6 +155,12 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
 _INSERT_COLUMNS = ("job", "seq", "worker_index", "rank", "stream", "text", "at")
 
 
+def _column_of(field: object) -> str:
+    column = getattr(field, "column", None)
+    assert isinstance(column, str), f"{field} is a concrete field with a column"
+    return column
+
+
 def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
     """One parameterised INSERT run for all rows.
 
@@ -163,11 +170,11 @@ def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
     if not rows:
         return
     meta, quote = LogLine._meta, connection.ops.quote_name
-    columns = ", ".join(quote(meta.get_field(name).column) for name in _INSERT_COLUMNS)
+    columns = ", ".join(quote(_column_of(meta.get_field(name))) for name in _INSERT_COLUMNS)
     sql = (f"INSERT INTO {quote(meta.db_table)} ({columns}) "
            f"VALUES ({', '.join(['%s'] * len(_INSERT_COLUMNS))})")
     # The lines of one read share their time: each distinct time is converted once, not once a line.
-    adapted: dict[datetime, object] = {}
+    adapted: dict[datetime, Any] = {}
     adapt_time = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.executemany(sql, [

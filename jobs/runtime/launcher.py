@@ -147,7 +147,7 @@ class Follow:
         self.stopping = stopping
         self.run_dir = run_dir(plan.workers[0])
         cursor = cursor or {}
-        self.files = {STDOUT: FollowedFile(LogStream.STDOUT, plan, cursor.get("stdout")),
+        self.files: dict[int | None, FollowedFile] = {STDOUT: FollowedFile(LogStream.STDOUT, plan, cursor.get("stdout")),
                       STDERR: FollowedFile(LogStream.STDERR, plan, cursor.get("stderr"))}
 
     def cursor(self) -> LaunchCursor:
@@ -251,7 +251,7 @@ class Follow:
         """Each chunk into its file's lines, stored with where the follow then stands."""
         while (chunk := await output.read()) is not None:
             data, datatype = chunk
-            followed = self.files.get(datatype, self.files[STDOUT])
+            followed = self.files.get(datatype if isinstance(datatype, int) else STDOUT, self.files[STDOUT])
             records = followed.feed(data if isinstance(data, bytes) else data.encode())
             await self.sink.add_many(records, mark=dict(self.cursor()))
 

@@ -26,7 +26,8 @@ async def _walk(sftp: asyncssh.SFTPClient, root: str) -> list[FoundFile]:
     while pending:
         relative = pending.pop()
         async for entry in sftp.scandir(posixpath.join(root, relative) if relative else root):
-            name = entry.filename
+            # asyncssh gives names as text with the default encoding (bytes only when asked for them).
+            name = entry.filename if isinstance(entry.filename, str) else entry.filename.decode(errors="replace")
             if name in (".", "..") or "/" in name:
                 continue
             mode = entry.attrs.permissions or 0
@@ -51,7 +52,7 @@ async def _copy(sftp: asyncssh.SFTPClient, remote: str, local: Path, size: int) 
                 chunk = await source.read(min(COPY_CHUNK, size - copied))
                 if not chunk:
                     break
-                target.write(chunk)
+                target.write(chunk if isinstance(chunk, bytes) else chunk.encode())
                 copied += len(chunk)
 
 
