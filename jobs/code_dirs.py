@@ -453,7 +453,7 @@ def _child(source: IO[bytes], root_fd: int, limits: Limits, archive_size: int, a
         _write_all(source, root_fd, limits, archive_size)
     except ArchiveRejected:
         raise
-    except Exception as error:  # zipfile, tarfile, gzip, zlib and lzma each raise their own kinds on a bad archive
+    except Exception as error:  # noqa: BLE001 - zipfile, tarfile, gzip, zlib and lzma each raise their own kinds on a bad archive
         raise _damaged(error) from None
     return {"unpacked_by": [os.geteuid(), os.getegid()]}
 
@@ -508,7 +508,7 @@ def _run_child(source: IO[bytes], root_fd: int, limits: Limits, archive_size: in
                 code = 0
             except ArchiveRejected as refusal:
                 answer = {"refused": str(refusal)}
-            except BaseException as error:  # noqa: B036 - whatever happens, the child answers and exits here
+            except BaseException as error:  # noqa: B036, BLE001 - whatever happens, the child answers and exits here
                 answer = {"failed": f"{type(error).__name__}: {error}"}
             payload = memoryview(json.dumps(answer).encode())
             while payload:

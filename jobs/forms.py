@@ -239,7 +239,7 @@ class TrainingJobForm(forms.Form):
             raise ValidationError(_("Use 1 to 64 letters, digits, '-' or '_'."))
         return name
 
-    def clean_parameters(self):
+    def clean_parameters(self):  # noqa: C901 - one message per way a parameter row can be wrong
         value = self.cleaned_data.get("parameters") or []
         if not isinstance(value, list):
             raise ValidationError(_("Give a list of {name, value} objects."))
@@ -355,7 +355,7 @@ class TrainingJobForm(forms.Form):
             # Stored before it was checked and no longer readable: the built-in list alone.
             return None
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, Any]:  # noqa: C901 - the cross-field checks, each a message on its own field
         cleaned = super().clean()
         assert cleaned is not None  # Form.clean returns cleaned_data, which full_clean has set by now
         code_dir, boot_file = cleaned.get("code_dir"), cleaned.get("boot_file")

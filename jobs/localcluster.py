@@ -215,7 +215,7 @@ def _tail(log: Path, n: int = 10) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-n:]) if log.exists() else ""
 
 
-def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str = "tcbr0",
+def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str = "tcbr0",  # noqa: C901 - each step of bringing the cluster up, in order, each idempotent
        prefix: str = "tcnode") -> list[LocalNode]:
     if nodes < 1:
         raise ValueError("nodes must be >= 1")
@@ -305,7 +305,7 @@ def _kill_all(ns: str) -> None:
         time.sleep(0.1)
 
 
-def down(state_dir: Path, *, bridge: str | None = None, prefix: str | None = None,
+def down(state_dir: Path, *, bridge: str | None = None, prefix: str | None = None,  # noqa: C901 - each step of taking the cluster down, in order, each idempotent
          remove_user: bool = False) -> None:
     """Tear down the cluster in state_dir. bridge/prefix (default: from the state) also sweep
     namespaces `<prefix><n>` and their veths left by a run whose state was lost."""

@@ -165,7 +165,7 @@ def _model_matches(reported: str, promised: str) -> bool:
     return all(word in squeezed for word in words)
 
 
-def spec_contradictions(facts: NodeFacts, spec: "ResourceSpec") -> list[str]:
+def spec_contradictions(facts: NodeFacts, spec: "ResourceSpec") -> list[str]:  # noqa: C901 - one check per promise of the spec
     """What the node reported that contradicts its spec, worded for the node list."""
     if not facts:
         return []

@@ -291,7 +291,7 @@ def call_webhook(webhook: Webhook, event: str, job: TrainingJob | None, *, retri
 
         delivery = post_signed(webhook.url, event, event_body(event, job), open_secret(webhook.sealed_secret),
                                retries=retries)
-    except Exception as failure:  # noqa: BLE001 - a notification must never break what called it
+    except Exception as failure:  # a notification must never break what called it
         logger.warning("webhook %s of %s could not be called", webhook.pk, webhook.user_id, exc_info=True)
         delivery = Delivery(False, _short(f"not called: {failure.__class__.__name__}"), 0)
     now = timezone.now()
@@ -329,7 +329,7 @@ def send_email(job: TrainingJob, webhook: Webhook | None) -> bool:
     subject, text = email_text(job)
     try:
         send_mail(subject, text, settings.DEFAULT_FROM_EMAIL, [address])
-    except Exception:  # noqa: BLE001 - a mail server that is away must not fail the notification task
+    except Exception:  # a mail server that is away must not fail the notification task
         logger.warning("the end of job %s could not be mailed", job.pk, exc_info=True)
         return False
     return True
@@ -347,7 +347,7 @@ def deliver_job_ended(job_id: int) -> None:
         if webhook is not None and wants(webhook, job.status):
             call_webhook(webhook, EVENT_JOB_ENDED, job)
         send_email(job, webhook)
-    except Exception:  # noqa: BLE001 - the job has ended whatever its notification does
+    except Exception:  # the job has ended whatever its notification does
         logger.warning("the end of job %s could not be notified", job_id, exc_info=True)
 
 
@@ -376,7 +376,7 @@ def notify_job_ended(job_id: int, status: str | None = None, **_signal: object) 
             return
         # By name: importing jobs.tasks here would tie this stage to the runtime.
         current_app.send_task("jobs.tasks.notify_job_ended", args=(job_id,), retry=False)
-    except Exception:  # noqa: BLE001 - a broker that is away must not fail a state change; the sweep comes back
+    except Exception:  # a broker that is away must not fail a state change; the sweep comes back
         logger.warning("could not queue the notification of job %s", job_id, exc_info=True)
 
 

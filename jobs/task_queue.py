@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 def _queue(task: str, *args: object) -> bool:
     try:
         current_app.send_task(task, args=args, retry=False)
-    except Exception:  # noqa: BLE001 - any broker failure: the safety net named above catches up
+    except Exception:  # any broker failure: the safety net named above catches up
         logger.warning("could not queue %s%s", task, args, exc_info=True)
         return False
     return True

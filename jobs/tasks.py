@@ -74,7 +74,7 @@ def take_up_lost_runs(**_) -> None:
     """A worker that starts (after a crash, a deploy) looks for runs to take up at once, not at the next beat."""
     try:
         reap_orphaned_jobs.delay()
-    except Exception:  # noqa: BLE001 - the periodic reaper catches up
+    except Exception:  # the periodic reaper catches up
         logger.warning("could not queue the reaper at start", exc_info=True)
 
 
@@ -82,7 +82,7 @@ def wake_dispatcher() -> None:
     try:
         # No retries: whoever asks must not wait on a broker that is away.
         dispatch_pending_jobs.apply_async(retry=False)
-    except Exception:  # noqa: BLE001 - the periodic dispatch catches up
+    except Exception:  # the periodic dispatch catches up
         logger.warning("could not queue a dispatch", exc_info=True)
 
 

@@ -153,7 +153,7 @@ def diagnose(summary, *, promised_network: str, node_count: int, expected_ranks:
     return sorted(findings, key=lambda finding: SEVERITY_ORDER[finding.severity])
 
 
-def _network_findings(data: dict, promise: str, node_count: int) -> list[Finding]:
+def _network_findings(data: dict, promise: str, node_count: int) -> list[Finding]:  # noqa: C901 - one finding per case, in the order a reader checks them
     net, layer = data.get("net"), data.get("ib_link_layer")
     detail, label = data.get("net_detail") or net, PROMISE_LABELS[promise]
     found = []
@@ -251,7 +251,7 @@ def _interface_findings(data: dict, node_count: int) -> list[Finding]:
     return found
 
 
-def _placement_findings(data: dict, node_count: int, expected_ranks: int | None) -> list[Finding]:
+def _placement_findings(data: dict, node_count: int, expected_ranks: int | None) -> list[Finding]:  # noqa: C901 - one finding per case, in the order a reader checks them
     found = []
     ranks = data.get("ranks") or []
     pairs = [

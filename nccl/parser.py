@@ -117,7 +117,7 @@ class _Collector:
             if type(raw) is not str or len(raw) > MAX_LINE_CHARS:
                 raw = _as_text(raw)[:MAX_LINE_CHARS]
             self.read_line(raw.rstrip("\r\n"), launcher_rank)
-        except Exception:  # one odd line must not lose the rest of the log
+        except Exception:  # noqa: BLE001 - one odd line must not lose the rest of the log
             self.parser_errors += 1
             self.add_unparsed(raw.rstrip("\r\n") if type(raw) is str else "<a line that could not be read>")
 
@@ -131,13 +131,13 @@ class _Collector:
                     if type(raw) is not str or len(raw) > MAX_LINE_CHARS:
                         raw = _as_text(raw)[:MAX_LINE_CHARS]
                     read_line(raw.rstrip("\r\n"))
-                except Exception:  # one odd line must not lose the rest of the log
+                except Exception:  # noqa: BLE001 - one odd line must not lose the rest of the log
                     self.parser_errors += 1
                     self.add_unparsed(raw.rstrip("\r\n") if type(raw) is str else "<a line that could not be read>")
-        except Exception:  # a failing iterator ends the input, it does not crash the caller
+        except Exception:  # noqa: BLE001 - a failing iterator ends the input, it does not crash the caller
             self.add_unparsed("<the input ended with a read error>")
 
-    def read_line(self, line: str, launcher_rank: int | None = None) -> None:
+    def read_line(self, line: str, launcher_rank: int | None = None) -> None:  # noqa: C901 - one line tried against each kind of NCCL line, in the order that matters
         """`launcher_rank`: the rank a launcher stored the line under, its mpirun tag already removed."""
         problems = self.problems
         if problems.error_context_lines and problems.follow_error_context(line):

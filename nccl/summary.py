@@ -246,7 +246,7 @@ def _yes_no_unknown(value: bool | None) -> str:
     return "unknown" if value is None else ("yes" if value else "no")
 
 
-def format_summary_text(summary: NcclSummary) -> str:
+def format_summary_text(summary: NcclSummary) -> str:  # noqa: C901 - one report, section after section, in the order it reads
     """A short report a person can read in a terminal."""
     s = summary
     lines = []

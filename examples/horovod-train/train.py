@@ -73,7 +73,7 @@ def main():
 if __name__ == "__main__":
     try:
         main()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure: see below
         # Fail fast: end this rank now, before Horovod's exit handler shuts the others down (they would then
         # raise HorovodInternalError themselves, and could be reported before the rank that really failed);
         # mpirun ends the job when it sees this rank's exit status.

@@ -117,7 +117,7 @@ class JobNews:
             assert isinstance(latest_id, bytes), "the client does not decode responses: ids are bytes"
             self.since = latest_id.decode()
 
-    async def wait(self, timeout: float) -> bool:
+    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109 - how long a follower waits between looks at the log
         """True when news came; False after `timeout` seconds, or a short pause when Redis cannot be reached."""
         try:
             answer = await _async_client().xread({self.channel: self.since}, block=max(int(timeout * 1000), 1), count=100)

@@ -50,7 +50,7 @@ def default_metric_definitions() -> list[dict[str, str]]:
     return [dict(definition) for definition in DEFAULT_METRIC_DEFINITIONS]
 
 
-def validate_metric_definitions(value) -> list[dict[str, str]]:
+def validate_metric_definitions(value) -> list[dict[str, str]]:  # noqa: C901 - one message per way a definition can be wrong
     """Definitions as a job keeps them: a list of {name, regex}, each regex compiling with one value to capture.
 
     The value is the regex's group named `value`, else its first group; a group named `step` gives the step.

@@ -84,7 +84,7 @@ class RunMonitor:
         while True:
             try:
                 request = await sync_to_async(self.tick)()
-            except Exception:  # noqa: BLE001 - a monitor hiccup must not end the job; the next tick retries
+            except Exception:  # a monitor hiccup must not end the job; the next tick retries
                 logger.exception("job %s: monitor tick failed", self.job_id)
                 request = None
             if self.not_running is not None and self.status != JobStatus.RUNNING:
@@ -104,7 +104,7 @@ class RunMonitor:
         if self.stop_task is not None:
             try:
                 await self.stop_task
-            except Exception:  # noqa: BLE001 - the run's own teardown follows anyway
+            except Exception:  # the run's own teardown follows anyway
                 logger.exception("job %s: stop by the console failed", self.job_id)
         await sync_to_async(self.read_new_lines)(None)
 

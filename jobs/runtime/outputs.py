@@ -46,7 +46,8 @@ async def _copy(sftp: asyncssh.SFTPClient, remote: str, local: Path, size: int) 
     local.parent.mkdir(parents=True, exist_ok=True)
     copied = 0
     async with sftp.open(remote, "rb") as source:
-        with open(local, "wb") as target:
+        # Each run has an event loop of its own, in a thread of its own: a local write holds up nothing else.
+        with open(local, "wb") as target:  # noqa: ASYNC230
             # A file still growing is cut at the size it was listed with, so the limit holds.
             while copied < size:
                 chunk = await source.read(min(COPY_CHUNK, size - copied))
@@ -77,7 +78,7 @@ async def _collect(target: SshTarget, remote_dir: str, destination: Path, limit:
             return OutputsResult("missing", f"{remote_dir} cannot be read on worker-0: {error.reason}", limit=limit)
         files = await _walk(sftp, remote_dir)
         kept = choose_kept(files, limit)
-        root = destination.resolve()
+        root = destination.resolve()  # noqa: ASYNC240 - the run's own event loop (see _copy)
         for item in sorted(files, key=lambda item: item.path):
             if item.path not in kept:
                 continue

@@ -108,7 +108,7 @@ def write_code_archive(plan: JobPlan, destination: Path) -> None:
 PORT_POLL_SECONDS = 0.02
 
 
-async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -> None:
+async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109 - a deadline polled 20 ms at a time
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:

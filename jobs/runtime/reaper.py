@@ -79,7 +79,7 @@ def reap_orphaned_jobs() -> ReaperResult:
             continue
         try:
             reap(job)
-        except Exception:  # noqa: BLE001 - one job that cannot be torn down must not keep the others' nodes
+        except Exception:  # one job that cannot be torn down must not keep the others' nodes
             logger.exception("job %s: reaping failed; it is settled with its nodes kept out of service", job.pk)
             settle(job.pk, RunOutcome.ABNORMAL, None, "the console lost the run of this job and could not end it",
                    [(worker.index, "the reaper could not reach it") for worker in job.workers.all()])

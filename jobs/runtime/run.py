@@ -187,7 +187,7 @@ class JobRun:
                 await in_database(close_old_connections)
             await asyncio.sleep(HEARTBEAT_SECONDS)
 
-    async def execute(self, resume: bool = False) -> None:
+    async def execute(self, resume: bool = False) -> None:  # noqa: C901 - the run's stages and each way one of them ends the run, in one place
         """The whole run; `resume`: the job is Running and its mpirun was started by a process now gone."""
         self.main = asyncio.current_task()
         outcome: str = RunOutcome.ABNORMAL
@@ -232,7 +232,7 @@ class JobRun:
         except NodeError as error:
             outcome, message = RunOutcome.FAILED, str(error)
             await self.say(message)
-        except Exception as error:  # noqa: BLE001 - whatever broke, the nodes must still be freed
+        except Exception as error:  # whatever broke, the nodes must still be freed
             logger.exception("job %s: run failed", self.job_id)
             # In words, not a repr: this message is the job's state message, shown to its owner.
             outcome, message = RunOutcome.ABNORMAL, f"internal error ({type(error).__name__}): {error}"
@@ -282,7 +282,7 @@ class JobRun:
             lost = {result.index: result.error for result in results if result.error} if launched else {}
             lost.update(self.lost)
             await in_database(record_failure, self.job_id, outcome, exit_code, message, lost, self.plan.rank_workers)
-        except Exception:  # noqa: BLE001 - the job must still end and its nodes be freed
+        except Exception:  # the job must still end and its nodes be freed
             logger.exception("job %s: recording the end failed", self.job_id)
         finally:
             try:
@@ -422,7 +422,7 @@ def run_allocated_job(job_id: int) -> None:
         return
     try:
         plan = plan_allocated_job(job)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # any error of the plan: the job is failed with it, never left allocated
         logger.exception("job %s: cannot be planned", job_id)
         reason = f"cannot be launched: {error}"
         service_line(job_id, f"The job {reason}")

@@ -68,7 +68,8 @@ def host_key_line(connection: asyncssh.SSHClientConnection) -> str:
 
 
 async def run_checked(
-    connection: asyncssh.SSHClientConnection, label: str, step: str, argv: list[str], timeout: float | None = None
+    connection: asyncssh.SSHClientConnection, label: str, step: str, argv: list[str],
+    timeout: float | None = None,  # noqa: ASYNC109 - handed to asyncssh, which bounds the remote command by it
 ) -> str:
     """Run argv (quoted, so nothing in it is interpreted by the remote shell); return its stdout."""
     try:
