@@ -57,13 +57,19 @@ def start_redis(port: int, log_path: Path, preexec_fn: Callable[[], None] | None
 
 
 def start_celery_worker(env: dict[str, str], log_path: Path, concurrency: int | None = None, beat: bool = False,
-                        preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+                        preexec_fn: Callable[[], None] | None = None, queues: str = "",
+                        name: str = "") -> subprocess.Popen:
     # Threads, not processes: a job's task mostly waits on SSH, and a stop must run beside it.
     # Without `concurrency`, the worker's own settings say (WORKER_THREADS, from its environment).
+    # `queues`: "runs", "control" or both (the default): see CELERY_TASK_QUEUES in console/settings.py.
     command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads",
                "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
     if concurrency:
         command += ["--concurrency", str(concurrency)]
+    if queues:
+        command += ["--queues", queues]
+    if name:
+        command += ["--hostname", f"{name}@%h"]
     if beat:
         command += ["--beat", "--schedule", str(log_path.parent / "celerybeat-schedule")]
     log = open(log_path, "ab")

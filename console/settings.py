@@ -337,6 +337,9 @@ IMAGES_DIR = Path(env_str("CONSOLE_IMAGES_DIR", "/var/lib/training-console/image
 # and its log writer's): a site with more concurrent jobs starts more worker processes rather than
 # raising this far (bench/many_jobs.py).
 WORKER_THREADS = env_int("WORKER_THREADS", 16, minimum=2)
+# The threads of the worker process that serves the control queue (dispatch, stops, the reaper, node
+# checks, notifications: seconds each, never a run).
+CONTROL_THREADS = env_int("CONTROL_THREADS", 4, minimum=1)
 CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
 # How many jobs the console runs at once: the threads of all its worker processes (`make run` starts one).
 # A job past it stays queued with its nodes free, rather than holding nodes while its run waits for a

@@ -59,15 +59,18 @@ def test_the_console_starts_a_killed_worker_again_and_keeps_one_beat(tmp_path):
     after: dict[int, str] = {}
     try:
         services.wait_for_port("127.0.0.1", web_port, 90, console)
-        before = wait_until(lambda: (c := children_of(console.pid)) and role(c, "worker") and role(c, "beat") and c,
-                            30, "the worker and beat did not start")
-        [worker], [beat] = role(before, "worker"), role(before, "beat")
+        before = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 2
+                            and role(c, "beat") and c, 30, "the two workers (runs, control) and beat did not start")
+        [beat] = role(before, "beat")
+        [worker] = [pid for pid in role(before, "worker") if "--queues runs" in before[pid]]
+        [control] = [pid for pid in role(before, "worker") if "--queues control" in before[pid]]
 
         os.kill(worker, signal.SIGKILL)
 
-        after = wait_until(lambda: (c := children_of(console.pid)) and role(c, "worker") != [worker]
-                           and role(c, "worker") and c, 30, "the killed worker was not started again")
+        after = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 2
+                           and worker not in role(c, "worker") and c, 30, "the killed worker was not started again")
         assert console.poll() is None, "the console stopped"
+        assert control in role(after, "worker"), "the control worker runs on"
         assert role(after, "beat") == [beat], "beat runs on, once"
         assert services.port_answers("127.0.0.1", web_port)
     finally:
@@ -76,4 +79,4 @@ def test_the_console_starts_a_killed_worker_again_and_keeps_one_beat(tmp_path):
         log.close()
     # Checked by pid: once the console is gone, what it left would belong to init.
     assert wait_until(lambda: not [pid for pid in after if alive(pid)], 15, "children outlived the console")
-    assert "celery worker exited with -9; starting it again in 1 s" in (tmp_path / "runconsole.log").read_text()
+    assert "celery worker (runs) exited with -9; starting it again in 1 s" in (tmp_path / "runconsole.log").read_text()

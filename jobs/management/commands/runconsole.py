@@ -60,8 +60,13 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"starting Redis on {redis_host}:{redis_port}")
                 children.add("redis", lambda: services.start_redis(redis_port, logs / "redis.log", end_with_parent))
-            children.add("celery worker", lambda: services.start_celery_worker(
-                {}, logs / "celery-worker.log", preexec_fn=end_with_parent))
+            # Runs and control work in worker processes of their own (console/settings.py, CELERY_TASK_QUEUES):
+            # a full set of runs never delays a stop, a node check, a dispatch or a notification.
+            children.add("celery worker (runs)", lambda: services.start_celery_worker(
+                {}, logs / "celery-worker-runs.log", preexec_fn=end_with_parent, queues="runs", name="runs"))
+            children.add("celery worker (control)", lambda: services.start_celery_worker(
+                {}, logs / "celery-worker-control.log", concurrency=settings.CONTROL_THREADS,
+                preexec_fn=end_with_parent, queues="control", name="control"))
             children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log", end_with_parent))
             # uvicorn with the console's own HTTP protocol (a deadline on each request's headers).
             web = children.add("web server", lambda: subprocess.Popen(
