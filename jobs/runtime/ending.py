@@ -15,6 +15,9 @@ from jobs.models import FINAL_STATES, IllegalTransition, JobEvent, JobStatus, No
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
 
+# How often settle looks again when a transition is refused under it (a stop, a force release).
+SETTLE_LOOKS = 3
+
 
 def move(job_id: int, step: Callable[[TrainingJob], None]) -> bool:
     """Apply one of the job's transitions (TrainingJob.start, a lambda calling fail(...)); False if refused."""
@@ -49,9 +52,13 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
                 state=Node.State.NOT_READY, state_message=f"after job {job_id}: {problem}"
             )
         release_nodes(job_id)
-        if not end_as(job_id, outcome, exit_code, message):
-            # A stop came between reading the state and moving it: the job ends as a stopped one.
-            end_as(job_id, outcome, exit_code, message)
+        # A stop can come between reading the state and moving it: the job then ends as a stopped one, on
+        # the next look. A state that keeps changing under it is not let go: the transaction (the nodes'
+        # release with it) is undone, and the job is left to the reaper rather than freed without an end.
+        for _look in range(SETTLE_LOOKS):
+            if end_as(job_id, outcome, exit_code, message):
+                return
+        raise IllegalTransition(f"job {job_id}: its end could not be recorded, its state kept changing")
 
 
 def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bool:

@@ -27,7 +27,6 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from jobs.allocation import release_nodes
 from jobs.launch.plan import JobPlan, new_key_pair, plan_job, worker_plans
 from jobs.logs.sink import LogSink
 from jobs.logs.store import RunTakenOver, service_line
@@ -426,8 +425,8 @@ def run_allocated_job(job_id: int) -> None:
         logger.exception("job %s: cannot be planned", job_id)
         reason = f"cannot be launched: {error}"
         service_line(job_id, f"The job {reason}")
-        release_nodes(job_id)
-        move(job_id, lambda stuck: stuck.fail(reason))
+        # The one ending: its nodes freed in the transaction that records its end.
+        settle(job_id, RunOutcome.FAILED, None, reason, [])
         return
     asyncio.run(in_own_context(JobRun(plan, owner).execute()))
 

@@ -514,3 +514,28 @@ def test_the_stop_task_leaves_a_job_its_live_run_follows_to_that_run_and_ends_on
                                                  - timedelta(minutes=10))
     stop_running_job(job.pk)
     assert nodes.teardowns == [[0, 1]]
+
+
+def test_a_job_that_cannot_be_planned_fails_with_its_nodes_freed_in_the_one_ending(job, monkeypatch):
+    from jobs.runtime import run as run_module
+
+    def unplannable(job):
+        raise ValueError("the engine version lost its image")
+
+    monkeypatch.setattr(run_module, "plan_allocated_job", unplannable)
+    run_module.run_allocated_job(job.pk)
+
+    job.refresh_from_db()
+    assert (job.status, job.status_message) == (JobStatus.FAILED, "cannot be launched: the engine version lost its image")
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_an_end_refused_again_and_again_frees_no_node_and_says_so(job, monkeypatch):
+    from jobs.models import IllegalTransition, RunOutcome
+    from jobs.runtime import ending
+
+    monkeypatch.setattr(ending, "end_as", lambda *args: False)  # a state that keeps changing under the ending
+    with pytest.raises(IllegalTransition, match="could not be recorded"):
+        ending.settle(job.pk, RunOutcome.FAILED, None, "boom", [])
+
+    assert Node.objects.filter(allocated_to=job).count() == 2, "no node freed while the job has no end"
