@@ -38,6 +38,8 @@ class SocketIfnames(TypedDict):
 class ContainerSeen(TypedDict):
     name: str
     state: str
+    # Where the container's files are on the node, from its label ("" for a container made without one).
+    workdir: str
 
 
 class NodeFacts(TypedDict, total=False):
@@ -126,9 +128,15 @@ def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:
     gpus, gpu_error = _gpus(sections.get("gpus", ["!absent"]))
     containers = []
     for line in sections.get("containers", []):
-        name, _, state = line.partition(" ")
-        if name:
-            containers.append(ContainerSeen(name=name, state=state.strip()))
+        # NAME|WORKDIR|STATE (the state in words: "Up 2 minutes"); older nodes' scripts print "NAME STATE".
+        if "|" in line:
+            name, workdir, state = (line.split("|", 2) + ["", ""])[:3]
+        else:
+            (name, _, state), workdir = line.partition(" "), ""
+        # podman prints "<no value>" for a label a container does not have.
+        workdir = "" if workdir.strip().startswith("<") else workdir.strip()
+        if name.strip():
+            containers.append(ContainerSeen(name=name.strip(), state=state.strip(), workdir=workdir))
     return {
         "cpu_cores": _first_int(sections.get("cpu", [])),
         "memory_gb": round(memory_kib / 1024**2, 1) if memory_kib else None,

@@ -25,6 +25,7 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 CONTAINER_HOME = "/home/ma-user"
 JOB_UID = 1000
 LABEL = "training-console.job"
+WORKDIR_LABEL = "training-console.workdir"
 # The bytes the job's home and the container's writable layer may hold together (worker-usage.sh reads it).
 DISK_LIMIT_LABEL = "training-console.disk-limit"
 # Podman's default seccomp profile less new namespaces (see jobs/runtime/seccomp.py); each worker's
@@ -46,6 +47,9 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     argv = ["podman", "run", "--detach", "--pull=never", "--name", worker.container_name,
             "--label", f"{LABEL}={plan.job_id}", "--label", f"training-console.worker={worker.index}",
             "--label", f"{DISK_LIMIT_LABEL}={limits.disk_bytes}",
+            # Where the worker's files are on the node: a health check finds what a failed teardown left
+            # from the container itself, even once its job (and the job's rows) are gone.
+            "--label", f"{WORKDIR_LABEL}={worker.workdir}",
             "--network", "host", "--hostname", worker.hostname]
     for other in plan.workers:
         argv += ["--add-host", f"{other.hostname}.{plan.job_dns}:{other.address}",

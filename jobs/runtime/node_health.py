@@ -55,12 +55,20 @@ def leftover_names(facts: NodeFacts, node_id: int) -> list[str]:
     return sorted(seen - live)
 
 
-def leftover_workdirs(node_id: int, names: list[str], work_root: str) -> dict[str, str]:
-    """Where each leftover's files are on the node ("" for a container whose job is gone)."""
+def leftover_workdirs(node_id: int, names: list[str], work_root: str, facts: NodeFacts | None = None) -> dict[str, str]:
+    """Where each leftover's files are on the node: from the container's own label (so a job deleted since,
+    rows and all, still has its home and secrets removed), else from its worker's row ("" when neither
+    says). Only a folder under the work root is ever named: a label is the node's, checked all the same."""
+    root = work_root.rstrip("/")
+    labelled = {entry["name"]: entry.get("workdir", "") for entry in (facts or {}).get("containers") or []}
     workers = Worker.objects.filter(node_id=node_id, container_name__in=names).select_related("job")
-    known = {worker.container_name: f"{work_root.rstrip('/')}/{worker.job.dns_name}/worker-{worker.index}"
-             for worker in workers}
-    return {name: known.get(name, "") for name in names}
+    recorded = {worker.container_name: f"{root}/{worker.job.dns_name}/worker-{worker.index}" for worker in workers}
+    found = {}
+    for name in names:
+        workdir = labelled.get(name) or recorded.get(name, "")
+        inside = workdir.startswith(f"{root}/") and ".." not in workdir.split("/") and "\n" not in workdir
+        found[name] = workdir if inside else ""
+    return found
 
 
 def leftover_policies(node_id: int, tables: list[str]) -> list[str]:
@@ -178,7 +186,7 @@ def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
     probes = {result.node_id: result for result in asyncio.run(probe_all(targets, settings.NODE_WORK_ROOT, wanted))}
     # A teardown that could not reach a node (its network was cut, it rebooted) is finished here, once it
     # answers again: what ended jobs left is removed, and the check looks again.
-    leftovers = {node_id: leftover_workdirs(node_id, names, settings.NODE_WORK_ROOT)
+    leftovers = {node_id: leftover_workdirs(node_id, names, settings.NODE_WORK_ROOT, result.facts)
                  for node_id, result in probes.items() if result.facts
                  and (names := leftover_names(result.facts, node_id))}
     if leftovers:

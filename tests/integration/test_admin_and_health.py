@@ -292,6 +292,29 @@ def test_a_node_holding_an_ended_jobs_container_has_it_removed_by_its_check_and_
         on_node(hosting_local, f"podman rm --force --time 0 {name} || true")
 
 
+def test_a_deleted_jobs_leftover_home_is_found_from_its_container_and_removed_with_its_secrets(
+        health_cluster, local_cpu, make_job, tmp_path):
+    local = health_cluster["nodes"][0]
+    node = register(local, local_cpu)
+    gone = make_job("deleted-later", status=JobStatus.FAILED)
+    name, workdir = f"tc-{gone.pk}-w0-orphan", f"{settings.NODE_WORK_ROOT}/{gone.dns_name}/worker-0"
+    image = tiny_image_on(local, tmp_path)
+    on_node(local, f"mkdir -p {workdir}/home/.ssh && echo secret-key > {workdir}/home/.ssh/id_ed25519")
+    on_node(local, f"podman run --detach --name {name} --label training-console.job={gone.pk} "
+                   f"--label training-console.workdir={workdir} {image} /bin/sleep 300")
+    gone.delete()  # the job and its workers' rows go; the node still holds the container and the job's home
+    try:
+        check_nodes([node])
+
+        node.refresh_from_db()
+        assert node.display_state == "Ready", node.state_message
+        assert name not in on_node(local, "podman ps -a --format '{{.Names}}'")
+        assert on_node(local, f"test -e {workdir} && echo left || echo gone").strip() == "gone", \
+            "the home with the job's secrets is removed, found from the container's own label"
+    finally:
+        on_node(local, f"podman rm --force --time 0 {name} || true; rm -rf {workdir}")
+
+
 def test_the_operator_drains_a_busy_node_and_enables_it_again(admin_client, health_cluster, local_cpu):
     node = register(health_cluster["nodes"][0], local_cpu)
 

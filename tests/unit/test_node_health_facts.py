@@ -37,7 +37,8 @@ podman version 4.3.1
 localhost/training-console/mpi:openmpi_4.1-r0123
 <none>:<none>
 @@ containers
-tc-12-w0-5f3a9c1e running
+tc-12-w0-5f3a9c1e|/var/lib/training-console/jobs/resnet-12/worker-0|Up 2 minutes
+tc-13-w0-0b1c2d3e|<no value>|Exited (0) 5 minutes ago
 """
 
 V100_IB = ResourceSpec(name="v100", gpu_count=8, gpu_model="NVIDIA-V100", cpu_cores=72, memory_gb=512,
@@ -54,7 +55,9 @@ def test_a_gpu_node_with_infiniband_is_read_fact_by_fact():
     assert facts["rdma"][0] == {"device": "mlx5_0", "port": "1", "link_layer": "InfiniBand", "state": "ACTIVE"}
     assert facts["gpus"] == [{"model": "Tesla V100-SXM2-32GB", "memory_mib": 32510}] * 2
     assert (facts["openmpi"], facts["python"]) == ("4.1.4", "3.7.13")
-    assert facts["containers"] == [{"name": "tc-12-w0-5f3a9c1e", "state": "running"}]
+    assert facts["containers"] == [
+        {"name": "tc-12-w0-5f3a9c1e", "state": "Up 2 minutes", "workdir": "/var/lib/training-console/jobs/resnet-12/worker-0"},
+        {"name": "tc-13-w0-0b1c2d3e", "state": "Exited (0) 5 minutes ago", "workdir": ""}]
     assert (facts["podman"], facts["images"]) == ("4.3.1", ["localhost/training-console/mpi:openmpi_4.1-r0123"])
 
 
@@ -178,3 +181,17 @@ def test_the_facts_script_runs_under_sh_and_reads_this_machine(tmp_path):
 ])
 def test_a_node_shows_one_state_from_its_health_switches_and_allocation(fields, shown):
     assert Node(**fields).display_state == shown
+
+
+def test_a_leftovers_folder_comes_from_its_containers_label_and_never_from_outside_the_work_root(db):
+    from jobs.runtime.node_health import leftover_workdirs
+
+    facts = {"containers": [
+        {"name": "tc-1-w0-a", "state": "Exited", "workdir": "/srv/jobs/gone-1/worker-0"},
+        {"name": "tc-2-w0-b", "state": "Exited", "workdir": "/etc"},
+        {"name": "tc-3-w0-c", "state": "Exited", "workdir": "/srv/jobs/../../etc"},
+        {"name": "tc-4-w0-d", "state": "Exited", "workdir": ""}]}
+
+    found = leftover_workdirs(1, ["tc-1-w0-a", "tc-2-w0-b", "tc-3-w0-c", "tc-4-w0-d"], "/srv/jobs", facts)
+
+    assert found == {"tc-1-w0-a": "/srv/jobs/gone-1/worker-0", "tc-2-w0-b": "", "tc-3-w0-c": "", "tc-4-w0-d": ""}

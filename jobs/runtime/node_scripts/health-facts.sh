@@ -28,7 +28,9 @@ command -v podman >/dev/null 2>&1 && timeout 20 podman images --noheading --form
 echo "@@ cdi"
 if [ -f /etc/cdi/nvidia.yaml ] || [ -f /var/run/cdi/nvidia.yaml ] || [ -f /etc/cdi/nvidia.json ]; then echo yes; else echo no; fi
 echo "@@ containers"
-# Job containers by their unique names; an ended job's that is still here is a teardown that failed.
+# Job containers by their unique names, with their state and where their files are (a label set when the
+# container was made); an ended job's that is still here is a teardown that failed.
 command -v podman >/dev/null 2>&1 && timeout 20 podman ps --all --noheading \
-    --filter label=training-console.job --format '{{.Names}} {{.State}}' 2>/dev/null
+    --filter label=training-console.job \
+    --format '{{.Names}}|{{index .Labels "training-console.workdir"}}|{{.State}}' 2>/dev/null
 exit 0
