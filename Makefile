@@ -67,7 +67,7 @@ test: venv messages check images
 		echo "POSTGRES_TEST_URL is not set: the PostgreSQL pass (and its concurrent allocation test) was skipped"; \
 	fi
 
-unit-test: venv
+unit-test: venv messages
 	$(PY) -m pytest tests/unit
 
 clean:

@@ -118,6 +118,9 @@ class Console:
 
         import django
 
+        from console.state import prepare
+
+        prepare()  # var/, the secret key, the SQLite files: before the settings are read
         django.setup()
         from django.conf import settings
         from django.core.management import call_command

@@ -41,6 +41,9 @@ def main() -> None:
 
     import django
 
+    from console.state import prepare
+
+    prepare()  # var/, the secret key, the SQLite files: before the settings are read
     django.setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command

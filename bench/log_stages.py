@@ -51,6 +51,9 @@ def main() -> None:
     os.environ.update(DJANGO_SETTINGS_MODULE="console.settings", CONSOLE_VAR_DIR=scratch, LOG_LEVEL="WARNING")
     import django
 
+    from console.state import prepare
+
+    prepare()  # var/, the secret key, the SQLite files: before the settings are read
     django.setup()
     from django.conf import settings
     from django.contrib.auth import get_user_model

@@ -263,6 +263,9 @@ def main() -> None:
         redis = services.start_redis(redis_port, VAR / "redis.log")
         import django
 
+        from console.state import prepare
+
+        prepare()  # var/, the secret key, the SQLite files: before the settings are read
         django.setup()
         from django.conf import settings
         from django.core.management import call_command

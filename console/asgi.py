@@ -3,7 +3,10 @@ from typing import Any
 
 from django.core.asgi import get_asgi_application
 
+from console.state import prepare
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+prepare()  # the state the settings read, made before they are read (console.state)
 application: Any = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (settings are ready only after the application is built)

@@ -5,8 +5,6 @@ stops the process at start-up with the variable's name rather than misbehaving l
 """
 
 import os
-import secrets
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -53,34 +51,29 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def private_file(path: Path, make: "Callable[[], str] | None" = None) -> str | None:
-    """The text of a file only the console's account may read, made once with `make` when it is missing."""
+def read_secret_key(path: Path) -> str:
+    """SECRET_KEY from the environment, else from the file the console made (console.state.prepare)."""
+    given = os.environ.get("SECRET_KEY", "")
+    if given:
+        return given
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        if make is None:
-            return None
-    value = make()
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it first: theirs is the one
-        return path.read_text().strip()
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(value + "\n")
-    return value
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is not set and {path} does not exist: set SECRET_KEY, or start the console through "
+            "`manage.py` (`make run`), which makes one there") from None
 
 
 # Runtime state (SQLite file, uploaded code, the secret key, collected outputs) lives outside the source
 # tree, readable by the console's account alone: it holds every API token's digest and the sealed node keys.
+# console.state.prepare() makes it (0700), with the secret key and the SQLite files: these settings only read.
 VAR_DIR = Path(env_str("CONSOLE_VAR_DIR", str(BASE_DIR / "var")))
-VAR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
-VAR_DIR.chmod(0o700)
 
 DEBUG = env_bool("DEBUG", False)
 # No public default: without SECRET_KEY in the environment, the console makes one on its first start and
-# keeps it in var/secret_key (0600). Rotating: the old key goes to SECRET_KEY_FALLBACKS, so sessions and the
-# sealed node keys made with it still open.
-SECRET_KEY = os.environ.get("SECRET_KEY") or private_file(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50)) or ""
+# keeps it in var/secret_key (0600, console.state). Rotating: the old key goes to SECRET_KEY_FALLBACKS, so
+# sessions and the sealed node keys made with it still open (`manage.py resealsecrets` then retires it).
+SECRET_KEY = read_secret_key(VAR_DIR / "secret_key")
 SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -198,10 +191,6 @@ else:
             "TEST": {"NAME": str(VAR_DIR / f"test-console-{env_int('TEST_RUN_ID', 0, minimum=0)}.sqlite3")},
         }
     }
-    # The database file (and the WAL files SQLite makes beside it with its mode) for the console's account only.
-    for database_file in (DATABASES["default"]["NAME"], DATABASES["default"]["TEST"]["NAME"]):
-        os.close(os.open(database_file, os.O_WRONLY | os.O_CREAT, 0o600))
-        os.chmod(database_file, 0o600)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SHOWN = ("DEBUG", "ALLOWED_HOSTS", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_SSL_REDIRECT",
          "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD", "SECURE_PROXY_SSL_HEADER",
          "X_FRAME_OPTIONS", "CONSOLE_BIND", "CONTENT_SECURITY_POLICY")
-PRINT_SETTINGS = ("import json, django; django.setup(); from django.conf import settings; "
+PRINT_SETTINGS = ("import json, django; from console.state import prepare; prepare(); django.setup(); "
+                  "from django.conf import settings; "
                   f"print(json.dumps({{name: getattr(settings, name) for name in {SHOWN!r}}}))")
 # What the environment may already say about the settings under test is left out of each run.
 CLEARED = {"DEBUG", "ALLOWED_HOSTS", "SECRET_KEY", "CONSOLE_HTTPS", "CONSOLE_BIND", "X_FRAME_OPTIONS",

@@ -22,8 +22,22 @@ def start_settings(var_dir: Path, **env: str) -> str:
     environment = {key: value for key, value in os.environ.items() if key != "SECRET_KEY"}
     # SQLite, as `make run` has it (the PostgreSQL pass of the tests sets DATABASE_URL).
     environment.update(CONSOLE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="console.settings", DATABASE_URL="", **env)
-    return subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
+    # As every entry point does (manage.py, the ASGI and WSGI applications): the state first, then the settings.
+    started = "from console.state import prepare; prepare(); from django.conf import settings; print(settings.SECRET_KEY)"
+    return subprocess.run([sys.executable, "-c", started],
                           cwd=BASE_DIR, env=environment, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_settings_only_read_and_say_what_is_missing_when_there_is_no_key(tmp_path):
+    var_dir = tmp_path / "fresh"
+    environment = {key: value for key, value in os.environ.items() if key != "SECRET_KEY"}
+    environment.update(CONSOLE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="console.settings", DATABASE_URL="")
+
+    done = subprocess.run([sys.executable, "-c", "from django.conf import settings; settings.SECRET_KEY"],
+                          cwd=BASE_DIR, env=environment, capture_output=True, text=True)
+
+    assert done.returncode != 0 and "SECRET_KEY is not set" in done.stderr
+    assert not var_dir.exists(), "reading the settings made nothing"
 
 
 def test_without_a_secret_key_the_console_makes_one_keeps_it_private_and_uses_it_again(tmp_path):
