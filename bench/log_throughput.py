@@ -215,7 +215,7 @@ def main() -> None:
         from django.db.models.functions import Length
 
         from console import services
-        from jobs.code_dirs import register
+        from jobs.code_dirs.service import register
         from jobs.images.recipes import MPI
         from jobs.models import FINAL_STATES, ApiToken, LogLine, Node, TrainingJob
         from jobs.runtime.node_images import console_archive

@@ -117,7 +117,7 @@ def main() -> None:
         from django.conf import settings
         from django.contrib.auth import get_user_model
 
-        from jobs.code_dirs import register
+        from jobs.code_dirs.service import register
         from jobs.images.recipes import MPI
         from jobs.models import JobEvent, Node, TrainingJob
         from jobs.runtime.node_images import console_archive

@@ -10,7 +10,7 @@ from typing import TypedDict
 from django.db.models import Max
 
 from jobs.allocation import nodes_for
-from jobs.code_dirs import python_files
+from jobs.code_dirs.service import python_files
 from jobs.forms import TrainingJobForm, form_errors
 from jobs.launch.command_builder import JOB_DIR, CommandError
 from jobs.launch.masking import mask_shell_text, tune_file_names

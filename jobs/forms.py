@@ -25,7 +25,7 @@ from jobs.launch.platform_env import user_variable_problem
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 
 from .access import visible_code_dirs
-from .code_dirs import python_files
+from .code_dirs.service import python_files
 from .models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
 
 # The command builder's words for a wrong boot file, in the page's language.

@@ -117,7 +117,7 @@ def api(token) -> APIClient:
 @pytest.fixture
 def catalogue(settings, tmp_path):
     """What a submission names: the shipped examples, an MPI engine version, a CPU spec with 4 nodes."""
-    from jobs.code_dirs import register_examples
+    from jobs.code_dirs.service import register_examples
 
     settings.CODE_DIRS_ROOT = tmp_path / "code-dirs"
     register_examples()

@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from jobs.access import may_share_code_dir, visible_code_dirs, visible_jobs
 from jobs.api.log_events import job_log_events, log_file_chunks
-from jobs.code_dirs import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
+from jobs.code_dirs.service import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
 from jobs.forms import TrainingJobForm, form_errors
 from jobs.job_display import stop_event_message
 from jobs.logs.follow import line_payload

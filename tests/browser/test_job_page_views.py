@@ -141,7 +141,7 @@ def test_the_whole_job_page_is_in_portuguese(browser, asgi_server, screenshots):
 
 
 def test_every_bad_environment_row_is_reported_beside_it_and_the_first_has_the_focus(asgi_page, screenshots):
-    from jobs.code_dirs import register_examples
+    from jobs.code_dirs.service import register_examples
     from jobs.models import CodeDirectory
 
     owner = viewer()

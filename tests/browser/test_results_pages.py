@@ -5,7 +5,7 @@ import re
 
 from playwright.sync_api import expect
 
-from jobs.code_dirs import register_examples
+from jobs.code_dirs.service import register_examples
 from jobs.forms import TrainingJobForm
 from jobs.models import JobStatus, TrainingJob
 from jobs.submission import submit_job

@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncssh
 from django.conf import settings
 
-from jobs.code_dirs import register
+from jobs.code_dirs.service import register
 from jobs.models import FINAL_STATES, TrainingJob
 
 CLUSTER_NODES = 2

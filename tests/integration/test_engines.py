@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from jobs.code_dirs import register_examples
+from jobs.code_dirs.service import register_examples
 from jobs.images.recipes import HOROVOD, MINDSPORE
 from jobs.models import Engine, EngineVersion, JobStatus, TrainingJob
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, rank_lines, wait_for

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from jobs.code_dirs import register_examples
+from jobs.code_dirs.service import register_examples
 from jobs.models import JobStatus, Network, Node, ResourceSpec, TrainingJob
 from tests.integration.helpers import (
     CLUSTER_SLOTS,

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.code_dirs import register_examples
+from jobs.code_dirs.service import register_examples
 from jobs.models import JobStatus, LauncherDefaults, Node, TrainingJob
 from tests.integration.helpers import code_dir_from_program, processes_of_job_on_node, wait_for
 

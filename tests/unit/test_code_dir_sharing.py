@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.http import QueryDict
 
-from jobs.code_dirs import register, register_examples
+from jobs.code_dirs.service import register, register_examples
 from jobs.command_preview import preview
 from jobs.forms import TrainingJobForm, page_data
 from jobs.models import CodeDirectory, Engine, EngineVersion, LauncherDefaults, Node, ResourceSpec, TrainingJob

@@ -5,7 +5,7 @@ import re
 import pytest
 from django.http import QueryDict
 
-from jobs.code_dirs import register
+from jobs.code_dirs.service import register
 from jobs.command_preview import preview
 from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from jobs.launch.masking import MASK

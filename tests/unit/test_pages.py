@@ -6,7 +6,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
-from jobs.code_dirs import register
+from jobs.code_dirs.service import register
 from jobs.models import Engine, EngineVersion, JobStatus, LauncherDefaults, ResourceSpec, TrainingJob
 
 pytestmark = pytest.mark.django_db

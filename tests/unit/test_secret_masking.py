@@ -58,7 +58,7 @@ def test_the_consoles_log_masks_secrets_in_the_commands_it_records():
 
 
 def test_rebuild_sends_no_secret_back_and_keeps_the_old_one_unless_retyped(client, owner, settings, tmp_path):
-    from jobs.code_dirs import register
+    from jobs.code_dirs.service import register
     from jobs.models import Engine, EngineVersion, LauncherDefaults, ResourceSpec, TrainingJob
     from tests.fixtures import add_nodes
 

@@ -5,7 +5,7 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from jobs.code_dirs import register_examples
+from jobs.code_dirs.service import register_examples
 from jobs.images.recipes import MPI, SHIPPED
 from jobs.models import Engine, EngineVersion, LauncherDefaults
 

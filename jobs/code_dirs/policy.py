@@ -1,0 +1,258 @@
+"""What an uploaded archive may hold, checked member by member before anything is written: plain files and
+folders only, paths that stay inside, and the limits (`Limits`). Plain Python: the unpacker process
+(jobs.code_dirs.unpacker) runs it without Django."""
+
+import os
+import re
+import stat
+import tarfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+# A code directory's name: a folder's name here and on the nodes, and a word in the job's command line.
+NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Below this many unpacked bytes the compression ratio is not looked at: small files of zeros are not bombs.
+RATIO_APPLIES_ABOVE = 64 * 1024**2
+FILE_MODE, EXECUTABLE_MODE, FOLDER_MODE = 0o644, 0o755, 0o755
+CHUNK = 1024 * 1024
+MAX_NAME_BYTES = 255
+NOT_PLAIN = "only plain files and folders are allowed"
+
+
+class ArchiveRejected(ValueError):
+    """Why an upload was refused; `field` is the form field the message belongs to: "archive" or "name"."""
+
+    def __init__(self, message: str, field: str = "archive"):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Limits:
+    upload_bytes: int
+    unpacked_bytes: int
+    files: int
+    folders: int
+    depth: int
+    ratio: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """What an accepted archive became: counted by the console after the unpacking, not taken from the archive."""
+
+    files: int
+    bytes: int
+    folders: int
+    unpacked_by: tuple[int, int]  # the (uid, gid) the writing ran as
+
+
+def _human(count: int) -> str:
+    """ " (5 GiB)" after a count of bytes, for counts of a KiB or more."""
+    units = ["KiB", "MiB", "GiB", "TiB"]
+    size, unit = count / 1024, units.pop(0)
+    while size >= 1024 and units:
+        size, unit = size / 1024, units.pop(0)
+    return "" if count < 1024 else f" ({size:.1f}".removesuffix(".0") + f" {unit})"
+
+
+def upload_size_refusal(size: int, limit: int) -> str:
+    return f"the upload is {size} bytes{_human(size)}; at most {limit} bytes{_human(limit)} may be uploaded"
+
+
+# Reading the archive: every member checked before anything is written ------------------------------
+
+
+@dataclass(frozen=True)
+class _Item:
+    parts: tuple[str, ...]
+    is_dir: bool
+    executable: bool
+    ref: Any  # the member's zipfile.ZipInfo or tarfile.TarInfo
+
+    @property
+    def path(self) -> str:
+        return "/".join(self.parts)
+
+
+def _declared_size(ref: Any) -> int:
+    return ref.file_size if isinstance(ref, zipfile.ZipInfo) else ref.size
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    if "\x00" in name:
+        raise ArchiveRejected(f"{name!r} has a NUL character in its name")
+    text = name.replace("\\", "/")
+    if text.startswith("/"):
+        raise ArchiveRejected(f"{name!r} is an absolute path: it would be written outside the code directory")
+    parts = tuple(part for part in text.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise ArchiveRejected(f"{name!r} has '..' in its path: it would be written outside the code directory")
+    for part in parts:
+        if len(os.fsencode(part)) > MAX_NAME_BYTES:
+            raise ArchiveRejected(f"{name!r} has a name longer than {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+def _links_refused(path: str, kind: str, target: str | None = None) -> ArchiveRejected:
+    to = f" (to {target!r})" if target is not None else ""
+    return ArchiveRejected(
+        f"{path} is a {kind} link{to}: links are refused, whether they point inside or outside the code directory; "
+        "a code directory holds only plain files and folders, as on the reference platform")
+
+
+class _Budget:
+    """The unpacked bytes an archive may have: the absolute limit, and the bomb limit its own size sets."""
+
+    def __init__(self, limits: Limits, archive_size: int):
+        self.limit = limits.unpacked_bytes
+        self.ratio, self.archive_size = limits.ratio, archive_size
+        self.bomb_limit = max(RATIO_APPLIES_ABOVE, limits.ratio * archive_size)
+        self.written = 0
+
+    def check_declared(self, total: int, *, complete: bool) -> None:
+        said = f"{total} bytes" + ("" if complete else " or more")
+        if total > self.limit:
+            raise ArchiveRejected(f"the archive unpacks to {said}; at most {self.limit}{_human(self.limit)} are allowed")
+        if total > self.bomb_limit:
+            raise ArchiveRejected(self._bomb(said))
+
+    def spend(self, count: int) -> None:
+        """Counted while writing, whatever the headers said."""
+        self.written += count
+        if self.written > self.limit:
+            raise ArchiveRejected(f"the archive unpacks to more than {self.limit} bytes; "
+                                  f"at most {self.limit}{_human(self.limit)} are allowed")
+        if self.written > self.bomb_limit:
+            raise ArchiveRejected(self._bomb(f"more than {self.bomb_limit} bytes"))
+
+    def _bomb(self, said: str) -> str:
+        return (f"the archive unpacks to {said} from {self.archive_size} bytes: more than {self.ratio} times its size, "
+                "which is refused as a compression bomb")
+
+
+@dataclass
+class _Plan:
+    """The members in order, with what the whole archive adds up to; limits checked as they are added."""
+
+    limits: Limits
+    budget: _Budget
+    complete: bool  # True when every member is known before the checks (zip), False while streaming (tar)
+    # One per member, in the archive's order; None for a member that writes nothing (the archive's own "./").
+    items: list[_Item | None] = field(default_factory=list)
+    kinds: dict[tuple[str, ...], str] = field(default_factory=dict)
+    files: int = 0
+    folders: int = 0
+    declared: int = 0
+
+    def _folder(self, parts: tuple[str, ...]) -> None:
+        kind = self.kinds.get(parts)
+        if kind == "file":
+            raise ArchiveRejected(f"{'/'.join(parts)} is both a file and a folder in the archive")
+        if kind is None:
+            self.kinds[parts] = "folder"
+            self.folders += 1
+            if len(parts) > self.limits.depth:
+                raise ArchiveRejected(f"{'/'.join(parts)} is {len(parts)} levels deep; "
+                                      f"at most {self.limits.depth} are allowed")
+            if not self.complete:
+                self._check_folders()
+
+    def _check_folders(self) -> None:
+        if self.folders > self.limits.folders:
+            more = "" if self.complete else " or more"
+            raise ArchiveRejected(f"the archive holds {self.folders} folders{more}; "
+                                  f"at most {self.limits.folders} are allowed")
+
+    def _check_files(self) -> None:
+        if self.files > self.limits.files:
+            more = "" if self.complete else " or more"
+            raise ArchiveRejected(f"the archive holds {self.files} files{more}; at most {self.limits.files} are allowed")
+
+    def add(self, name: str, is_dir: bool, executable: bool, ref: Any) -> None:
+        # Members beyond every file and folder allowed: a folder given over and over is no reason to read on.
+        if len(self.items) >= self.limits.files + self.limits.folders + 16:
+            raise ArchiveRejected(f"the archive has more than {len(self.items)} members; at most {self.limits.files} files "
+                                  f"and {self.limits.folders} folders are allowed")
+        parts = _parts(name)
+        if not parts:
+            if is_dir:
+                self.items.append(None)  # the archive's own top, "./"
+                return
+            raise ArchiveRejected(f"{name!r} is a file with no name")
+        for end in range(1, len(parts)):
+            self._folder(parts[:end])
+        if is_dir:
+            self._folder(parts)
+        else:
+            kind = self.kinds.get(parts)
+            if kind == "folder":
+                raise ArchiveRejected(f"{'/'.join(parts)} is both a file and a folder in the archive")
+            if kind == "file":
+                raise ArchiveRejected(f"{'/'.join(parts)} is given twice in the archive")
+            self.kinds[parts] = "file"
+            self.files += 1
+            self.declared += _declared_size(ref)
+            if not self.complete:
+                self._check_files()
+                self.budget.check_declared(self.declared, complete=False)
+        self.items.append(_Item(parts, is_dir, executable, ref))
+
+    def finish(self) -> None:
+        if not self.files:
+            raise ArchiveRejected("the archive holds no file")
+        self._check_files()
+        self._check_folders()
+        self.budget.check_declared(self.declared, complete=self.complete)
+
+
+def _zip_plan(archive: zipfile.ZipFile, plan: _Plan) -> None:
+    for info in archive.infolist():
+        mode = info.external_attr >> 16
+        kind = stat.S_IFMT(mode)
+        path = info.filename
+        if kind == stat.S_IFLNK:
+            raise _links_refused(path, "symbolic")
+        if kind in (stat.S_IFCHR, stat.S_IFBLK):
+            raise ArchiveRejected(f"{path} is a device file: {NOT_PLAIN}")
+        if kind == stat.S_IFIFO:
+            raise ArchiveRejected(f"{path} is a fifo (a named pipe): {NOT_PLAIN}")
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            raise ArchiveRejected(f"{path} is not a plain file or folder: {NOT_PLAIN}")
+        if info.flag_bits & 0x1:
+            raise ArchiveRejected(f"{path} is encrypted; upload the archive without a password")
+        plan.add(path, info.is_dir() or kind == stat.S_IFDIR, bool(mode & 0o111), info)
+
+
+def _tar_plan(archive: tarfile.TarFile, plan: _Plan) -> None:
+    for info in archive:
+        path = info.name
+        if info.issym():
+            raise _links_refused(path, "symbolic", info.linkname)
+        if info.islnk():
+            raise _links_refused(path, "hard", info.linkname)
+        if info.ischr() or info.isblk():
+            raise ArchiveRejected(f"{path} is a device file: {NOT_PLAIN}")
+        if info.isfifo():
+            raise ArchiveRejected(f"{path} is a fifo (a named pipe): {NOT_PLAIN}")
+        if not (info.isreg() or info.isdir()):
+            raise ArchiveRejected(f"{path} is not a plain file or folder: {NOT_PLAIN}")
+        plan.add(path, info.isdir(), bool(info.mode & 0o111), info)
+
+
+def _tar_stream(source: IO[bytes]) -> tarfile.TarFile:
+    source.seek(0)
+    try:
+        return tarfile.open(fileobj=source, mode="r|*")
+    except tarfile.TarError:
+        raise ArchiveRejected("the file is neither a .zip nor a .tar.gz archive") from None
+
+
+def _damaged(error: BaseException) -> ArchiveRejected:
+    detail = str(error) or type(error).__name__
+    return ArchiveRejected(f"the archive is damaged or truncated and cannot be read ({detail})")
