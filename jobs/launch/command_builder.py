@@ -17,7 +17,7 @@ every rank) made to work.
 
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,6 +321,30 @@ def _check_placement(field_name: str, word: str, key: str, value: str) -> None:
             raise CommandError(field_name, f"{word} {value}: {_PLACES}")
 
 
+@dataclass(frozen=True)
+class _GivenOption:
+    """One option as given: the word (`--mca`), its key (`mca`) and the values that follow it."""
+
+    word: str
+    key: str
+    values: list[str]
+
+
+def _given_options(field_name: str, args: Sequence[str], arity: Callable[[str, int], int]) -> Iterator[_GivenOption]:
+    """mpirun's option grammar, walked once for both policies: every word is an option or one of its values
+    (`arity` says how many an option at a position takes), never a program; options nobody gives are
+    refused on the way."""
+    position = 0
+    while position < len(args):
+        word = args[position]
+        key = _option_key(field_name, word)
+        if key in NEVER_OPTIONS:
+            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+        values = _take(field_name, args, position, arity(key, position))
+        yield _GivenOption(word, key, values)
+        position += 1 + len(values)
+
+
 def check_mpirun_options(field_name: str, text: str) -> list[str]:
     """mpirun options as anyone's list may hold them, as arguments: the administrator's defaults, and a job's
     arguments again at launch (the users' allow-list is validate_extra_args, at submission).
@@ -331,34 +355,25 @@ def check_mpirun_options(field_name: str, text: str) -> list[str]:
     """
     _check_text(field_name, text)
     args = split_args(field_name, text)
-    position = 0
-    while position < len(args):
-        word = args[position]
-        key = _option_key(field_name, word)
-        if key in NEVER_OPTIONS:
-            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+
+    def arity(key: str, position: int) -> int:
         if key in MCA_OPTIONS:
-            name, value = _take(field_name, args, position, 2)
-            _check_mca(field_name, word, name, value)
-            position += 3
-            continue
-        if key == EXPORT_OPTION:
-            _check_export(field_name, word, _take(field_name, args, position, 1)[0])
-            position += 2
-            continue
+            return 2
         known = BUILTIN_OPTIONS.get(key)
-        if known is not None and known.kind == "flag":
-            position += 1
-            continue
+        if known is not None:
+            return _ARITY[known.kind]
+        # What follows an option this code does not know, and is no option itself, is taken as its value.
         following = args[position + 1] if position + 1 < len(args) else None
-        if known is not None or (following is not None and following != "--" and not OPTION_RE.match(following)):
-            # A known option's value, or what follows an option this code does not know: taken as its value.
-            (value,) = _take(field_name, args, position, 1)
-            _check_safe_value(field_name, word, value)
-            _check_placement(field_name, word, key, value)
-            position += 2
-            continue
-        position += 1
+        return 1 if following is not None and following != "--" and not OPTION_RE.match(following) else 0
+
+    for option in _given_options(field_name, args, arity):
+        if option.key in MCA_OPTIONS:
+            _check_mca(field_name, option.word, *option.values)
+        elif option.key == EXPORT_OPTION:
+            _check_export(field_name, option.word, option.values[0])
+        elif option.values:
+            _check_safe_value(field_name, option.word, option.values[0])
+            _check_placement(field_name, option.word, option.key, option.values[0])
     return args
 
 
@@ -389,28 +404,27 @@ def validate_extra_args(text: str, options: Mapping[str, OptionRule] | None = No
     rules = BUILTIN_OPTIONS if options is None else options
     _check_text(field_name, text)
     args = split_args(field_name, text)
-    position = 0
-    while position < len(args):
-        word = args[position]
-        key = _option_key(field_name, word)
-        if key in NEVER_OPTIONS:
-            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+
+    def arity(key: str, position: int) -> int:
         rule = rules.get(key)
         if rule is None:
-            raise CommandError(field_name, f"{word} is not among the mpirun options allowed here ({_allowed_words(rules)}); "
-                                           "an administrator can allow more")
-        values = _take(field_name, args, position, _ARITY[rule.kind])
+            raise CommandError(field_name, f"{args[position]} is not among the mpirun options allowed here "
+                                           f"({_allowed_words(rules)}); an administrator can allow more")
+        return _ARITY[rule.kind]
+
+    for option in _given_options(field_name, args, arity):
+        rule = rules[option.key]
+        word, values = option.word, option.values
         if rule.kind == "mca":
             _check_user_mca(field_name, word, values[0], values[1], rule)
         elif rule.kind == "export":
             # Any name the variable rules do not reserve is allowed; an administrator's -x lines add nothing.
             _check_export(field_name, word, values[0])
         elif rule.kind == "value":
-            _check_placement(field_name, word, key, values[0])
+            _check_placement(field_name, word, option.key, values[0])
             _check_safe_value(field_name, word, values[0])
             if not any(pattern.fullmatch(values[0]) for pattern in rule.patterns):
                 raise CommandError(field_name, f"{word} {values[0]}: not a value allowed here")
-        position += 1 + len(values)
     # What holds for everyone holds here too, so that what is accepted now is what the launch accepts.
     check_mpirun_options(field_name, text)
     return args
