@@ -249,11 +249,11 @@ def bare_plan(owner, nodes, form_data: dict):
     """The plan the runtime would make for this job on these nodes; the job row is kept out of the queue."""
     from django.conf import settings
 
-    from jobs.forms import TrainingJobForm
     from jobs.launch.plan import new_key_pair, plan_job
     from jobs.launch.platform_env import worker_hostname
     from jobs.models import JobStatus, LauncherDefaults, Worker, workers_launch_values
-    from jobs.submission import job_from_form, sshd_port_for
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import job_from_form, sshd_port_for
 
     form = TrainingJobForm(data=form_data)
     assert form.is_valid(), form.errors

@@ -33,9 +33,9 @@ JOB_TIMEOUT = 240
 
 def run_job(owner, nodes: int, name: str, worker_pid: int) -> tuple[int, list]:
     """Run the job to its end; returns its id and (time, Celery worker CPU s, machine busy CPU s) every 50 ms."""
-    from jobs.forms import TrainingJobForm
     from jobs.models import FINAL_STATES, JobStatus, TrainingJob
-    from jobs.submission import submit_job
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import submit_job
 
     form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py",
                                  "spec": "local-cpu-1", "node_count": nodes,

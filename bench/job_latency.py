@@ -48,9 +48,9 @@ def main() -> None:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from jobs.forms import TrainingJobForm
     from jobs.models import JobStatus, LogLine, ResourceSpec, TrainingJob
-    from jobs.submission import submit_job
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import submit_job
 
     redis = services.start_redis(redis_port, BENCH_VAR / "redis.log")
     worker = None

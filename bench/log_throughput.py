@@ -143,8 +143,8 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def submit(owner, name: str, code: str, boot: str, parameters: list[dict] | None = None):
-    from jobs.forms import TrainingJobForm
-    from jobs.submission import submit_job
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import submit_job
 
     form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": code, "boot_file": boot,
                                  "spec": "local-cpu-2", "node_count": 2, "parameters": parameters or []})

@@ -31,8 +31,8 @@ FINAL = ("Completed", "Failed", "Terminated", "Abnormal")
 
 
 def submit(owner, name: str) -> int:
-    from jobs.forms import TrainingJobForm
-    from jobs.submission import submit_job
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import submit_job
 
     form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": "gpu-train", "boot_file": "train.py",
                                  "spec": "local-cpu-1", "node_count": 1, "parameters": [{"name": "steps", "value": "1"}]})

@@ -230,8 +230,8 @@ def deep_page(requests: int) -> None:
     """Rows 80,001-80,020 of the list, read as the list reads them (ids first) and by a plain OFFSET."""
     from django.contrib.auth import get_user_model
 
-    from jobs.access import visible_jobs
-    from jobs.paging import IdsFirst
+    from jobs.pages.paging import IdsFirst
+    from jobs.submission.access import visible_jobs
 
     jobs = visible_jobs(get_user_model().objects.get(username="admin")).order_by("-created_at", "-id")
     plain = timed(lambda: list(jobs[80000:80020]), requests)

@@ -39,8 +39,8 @@ for second in range(3600):
 
 
 def submit(owner, name: str) -> int:
-    from jobs.forms import TrainingJobForm
-    from jobs.submission import submit_job
+    from jobs.submission.forms import TrainingJobForm
+    from jobs.submission.jobs import submit_job
 
     form = TrainingJobForm(data={"name": name, "engine": "MPI", "code_dir": "hold", "boot_file": "hold.py",
                                  "spec": "local-cpu-1", "node_count": 1})
@@ -121,7 +121,7 @@ def main() -> None:
         from jobs.images.recipes import MPI
         from jobs.models import JobEvent, Node, TrainingJob
         from jobs.runtime.node_images import console_archive
-        from jobs.submission import stop_visible_job
+        from jobs.submission.jobs import stop_visible_job
 
         logging.getLogger("asyncssh").setLevel(logging.WARNING)
         code = VAR / "code" / "hold"

@@ -15,15 +15,12 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from jobs import node_facts, node_keys, task_queue
+from jobs import node_facts, node_keys
+from jobs.allocation import waiting_reason
 from jobs.images.availability import being_prepared, nodes_holding
 from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
-
-from .allocation import waiting_reason
-from .force_release import force_release_job, force_release_node
-from .job_display import stop_event_message
-from .models import (
+from jobs.models import (
     Engine,
     EngineVersion,
     IllegalTransition,
@@ -36,7 +33,10 @@ from .models import (
     TrainingJob,
     Worker,
 )
-from .submission import request_stop
+from jobs.pages.display import stop_event_message
+from jobs.submission import task_queue
+from jobs.submission.force_release import force_release_job, force_release_node
+from jobs.submission.jobs import request_stop
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise

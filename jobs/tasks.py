@@ -1,5 +1,5 @@
 """Celery tasks: thin entry points into the stages. The only module that calls into jobs.runtime; the stages
-that ask for work queue these by name (jobs.task_queue), runs on the "runs" queue and the rest on "control"
+that ask for work queue these by name (jobs.submission.task_queue), runs on the "runs" queue and the rest on "control"
 (console/settings.py)."""
 
 import logging

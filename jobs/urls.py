@@ -1,6 +1,8 @@
 from django.urls import path
 
-from jobs import token_views, views, webhook_views
+from jobs.pages import tokens as token_views
+from jobs.pages import views
+from jobs.pages import webhooks as webhook_views
 
 urlpatterns = [
     path("", views.job_list, name="job-list"),

@@ -1,6 +1,6 @@
 """The unit tests' people and jobs, defined once (tests/unit/conftest.py makes them fixtures there).
 
-The people, as the console tells them apart (jobs.access: owners see their own jobs, staff everyone's):
+The people, as the console tells them apart (jobs.submission.access: owners see their own jobs, staff everyone's):
 
 - owner: the ordinary user whose job a test is about; `make_job()` gives a job of the owner's.
 - teammate: another ordinary user working beside the owner; not the job's owner, so sees only their own.

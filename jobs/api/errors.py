@@ -25,7 +25,7 @@ from rest_framework.parsers import JSONParser
 
 from console.security import client_address, presented_token, presents_token, token_failures, token_refusal_detail
 from jobs.api.auth import HashedTokenAuthentication
-from jobs.paging import IdsFirst
+from jobs.pages.paging import IdsFirst
 
 # No field of the API nests deeper than a few levels (parameters: a list of objects of scalars).
 MAX_JSON_DEPTH = 32

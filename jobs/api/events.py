@@ -8,8 +8,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import visible_jobs
 from jobs.models import JobEvent
+from jobs.submission.access import visible_jobs
 
 
 class JobEventSerializer(serializers.ModelSerializer):

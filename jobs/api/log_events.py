@@ -15,11 +15,11 @@ from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
 from console.security import client_address, presented_token, presents_token, token_failures, token_refusal_detail
-from jobs.access import visible_jobs
-from jobs.forms import form_errors
 from jobs.logs.follow import file_chunks, log_events
 from jobs.logs.forms import LogQueryForm, event_cursor
 from jobs.models import ApiToken
+from jobs.submission.access import visible_jobs
+from jobs.submission.forms import form_errors
 
 
 def log_file_chunks(request, job_id: int, query: dict, through: int):

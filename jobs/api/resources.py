@@ -7,9 +7,9 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import visible_jobs
 from jobs.models import FINAL_STATES, ResourceSample
 from jobs.results.metrics import downsample
+from jobs.submission.access import visible_jobs
 
 from .schema import ApiError
 

@@ -17,10 +17,10 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import visible_jobs
 from jobs.results.metrics import default_metric_definitions, downsample
 from jobs.results.outputs import stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
+from jobs.submission.access import visible_jobs
 
 from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
 from .schema import binary

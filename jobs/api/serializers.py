@@ -1,7 +1,7 @@
 """What the API shows and takes, field by field; the descriptions here are the schema's (/api/v1/schema).
 
 A job's detail holds its submission as given, under the same names: posting a detail back (its read-only
-fields left out) submits an equal job. The job form (jobs.forms) stays the one validator: these serializers
+fields left out) submits an equal job. The job form (jobs.submission.forms) stays the one validator: these serializers
 only describe the body a submission posts.
 """
 

@@ -17,17 +17,17 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import may_share_code_dir, visible_code_dirs, visible_jobs
 from jobs.api.log_events import job_log_events, log_file_chunks
 from jobs.code_dirs.service import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
-from jobs.forms import TrainingJobForm, form_errors
-from jobs.job_display import stop_event_message
 from jobs.logs.follow import line_payload
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
 from jobs.models import EngineVersion, IllegalTransition, JobEvent, ResourceSpec, TrainingJob
+from jobs.pages.display import stop_event_message
 from jobs.results.nccl_panel import nccl_report
-from jobs.submission import stop_visible_job, submit_job_once
+from jobs.submission.access import may_share_code_dir, visible_code_dirs, visible_jobs
+from jobs.submission.forms import TrainingJobForm, form_errors
+from jobs.submission.jobs import stop_visible_job, submit_job_once
 
 from .answers import FirstErrorSerializer, LogLinesSerializer, NcclReportSerializer
 from .filters import JobFilter, JobOrdering

@@ -130,10 +130,12 @@ def _run_unpacker(archive_fd: int, root_fd: int, limits: Limits, archive_size: i
 def _as_descriptor(source: IO[bytes]):
     """A file descriptor holding the archive: the upload's own file, or a private copy of one in memory."""
     try:
-        yield source.fileno()
+        descriptor = source.fileno()
+    except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is an OSError: no file under it
+        descriptor = None
+    if descriptor is not None:
+        yield descriptor
         return
-    except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is an OSError
-        pass
     with tempfile.TemporaryFile() as copy:
         source.seek(0)
         shutil.copyfileobj(source, copy)

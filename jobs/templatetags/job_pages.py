@@ -6,9 +6,9 @@ from django import template
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs.card_words import card_words as say_card_words
-from jobs.job_display import PREPARATION_STEPS, badge, translated_message
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
+from jobs.pages.card_words import card_words as say_card_words
+from jobs.pages.display import PREPARATION_STEPS, badge, translated_message
 from jobs.results.failure_card import plain_words
 from jobs.results.rank_records import describe_outcome
 

@@ -7,10 +7,10 @@ import zipfile
 
 from playwright.sync_api import expect
 
-from jobs.forms import TrainingJobForm
 from jobs.launch.masking import MASK
 from jobs.models import JobStatus, TrainingJob
-from jobs.submission import submit_job
+from jobs.submission.forms import TrainingJobForm
+from jobs.submission.jobs import submit_job
 from tests.browser.helpers import add_rows, log_in, row_values
 from tests.integration.helpers import code_dir_from_program, wait_for
 

@@ -6,9 +6,9 @@ import re
 from playwright.sync_api import expect
 
 from jobs.code_dirs.service import register_examples
-from jobs.forms import TrainingJobForm
 from jobs.models import JobStatus, TrainingJob
-from jobs.submission import submit_job
+from jobs.submission.forms import TrainingJobForm
+from jobs.submission.jobs import submit_job
 from tests.browser.helpers import log_in
 from tests.integration.helpers import code_dir_from_program, wait_for
 

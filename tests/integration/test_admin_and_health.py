@@ -15,7 +15,6 @@ from django.test import Client
 
 from console.celery import app as celery_app
 from jobs import tasks
-from jobs.forms import TrainingJobForm
 from jobs.models import (
     CodeDirectory,
     Engine,
@@ -29,7 +28,8 @@ from jobs.models import (
     TrainingJob,
 )
 from jobs.runtime.node_health import check_nodes, leftover_names, probe_all
-from jobs.submission import submit_job
+from jobs.submission.forms import TrainingJobForm
+from jobs.submission.jobs import submit_job
 from tests.integration.helpers import code_dir_from_program
 from tests.integration.own_cluster import RUN_ID, own_cluster
 

@@ -15,12 +15,12 @@ from django.contrib.auth import get_user_model
 
 from console import services
 from console.celery import app as celery_app
-from jobs import task_queue
-from jobs.forms import TrainingJobForm
 from jobs.logs import progress
 from jobs.models import JobStatus, Node, TrainingJob, Webhook
 from jobs.secret_box import seal_secret
-from jobs.submission import request_stop, submit_job
+from jobs.submission import task_queue
+from jobs.submission.forms import TrainingJobForm
+from jobs.submission.jobs import request_stop, submit_job
 from tests.conftest import RUN_ID, TEST_NODE_WORK_ROOT, _worker_database_env
 from tests.integration.helpers import TEST_OUTPUT, code_dir_from_program, wait_for
 

@@ -15,3 +15,14 @@ def language_of_each_test_its_own():
     translation.deactivate()
     yield
     translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
+def cache_of_each_test_its_own():
+    """Django's cache holds the bad-token counts and the known tokens per address: one test's guesses must
+    not lock the next one's client out."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()

@@ -1,4 +1,4 @@
-"""Code directories belong to their owner (jobs.access.visible_code_dirs): private unless shared with everyone
+"""Code directories belong to their owner (jobs.submission.access.visible_code_dirs): private unless shared with everyone
 or with one group, and a job runs only a code directory its owner may see.
 
 The people: the owner, a teammate who shares the group "team" with the owner, and a stranger in no group
@@ -13,9 +13,9 @@ from django.contrib.auth.models import Group, Permission
 from django.http import QueryDict
 
 from jobs.code_dirs.service import register, register_examples
-from jobs.command_preview import preview
-from jobs.forms import TrainingJobForm, page_data
 from jobs.models import CodeDirectory, Engine, EngineVersion, LauncherDefaults, Node, ResourceSpec, TrainingJob
+from jobs.pages.preview import preview
+from jobs.submission.forms import TrainingJobForm, page_data
 from tests.fixtures import api_client
 
 pytestmark = pytest.mark.django_db

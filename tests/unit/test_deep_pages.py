@@ -9,9 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from jobs.access import visible_jobs
 from jobs.models import TrainingJob
-from jobs.paging import IdsFirst
+from jobs.pages.paging import IdsFirst
+from jobs.submission.access import visible_jobs
 from tests.fixtures import api_client
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ import pytest
 from django.http import QueryDict
 
 from jobs.code_dirs.service import register
-from jobs.command_preview import preview
-from jobs.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from jobs.launch.masking import MASK
 from jobs.models import CodeDirectory, Engine, EngineVersion, LauncherDefaults, ResourceSpec
+from jobs.pages.preview import preview
+from jobs.submission.forms import MAX_ENV_VARS, TrainingJobForm, page_data
 from tests.fixtures import add_nodes
 
 pytestmark = pytest.mark.django_db

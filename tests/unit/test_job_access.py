@@ -1,4 +1,4 @@
-"""Who sees which job (jobs.access): an owner their own jobs; staff others' only with the permission for it."""
+"""Who sees which job (jobs.submission.access): an owner their own jobs; staff others' only with the permission for it."""
 
 import pytest
 from django.contrib.auth.models import Permission

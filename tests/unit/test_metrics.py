@@ -4,13 +4,13 @@ import re
 
 import pytest
 
-from jobs.forms import TrainingJobForm
 from jobs.results.metrics import (
     MetricDefinitionError,
     MetricExtractor,
     default_metric_definitions,
     validate_metric_definitions,
 )
+from jobs.submission.forms import TrainingJobForm
 
 
 def extract(text, definitions=None):

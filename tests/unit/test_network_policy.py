@@ -24,7 +24,7 @@ from jobs.launch.network_policy import (
 from jobs.models import JobStatus, LauncherDefaults, Node, Worker
 from jobs.runtime.network_policy import POLICY_SCRIPT
 from jobs.runtime.node_health import Probe, leftover_policies, record
-from jobs.submission import sshd_port_for
+from jobs.submission.jobs import sshd_port_for
 
 CONTAINER = "tc-42-w0-0a1b2c3d"
 TABLE = "tc_policy_tc_42_w0_0a1b2c3d"

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.utils import translation
 
-from jobs.card_words import card_words
 from jobs.launch.plan import PIDS_CEILING, PIDS_FLOOR, pids_limit_for
+from jobs.pages.card_words import card_words
 from jobs.results.failure_card import FailureFacts, explain_failure
 from jobs.runtime.containers import SECCOMP_PROFILE
 from jobs.runtime.liveness import Probe, Usage, WorkerWatch, past_disk_limit, read_usage

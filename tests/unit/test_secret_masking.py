@@ -92,12 +92,12 @@ def test_rebuild_sends_no_secret_back_and_keeps_the_old_one_unless_retyped(clien
 
 
 def test_rebuilding_anothers_job_carries_none_of_its_secrets(client, owner, stranger, make_job):
-    from jobs.forms import with_kept_secrets
+    from jobs.submission.forms import with_kept_secrets
 
     theirs = make_job(owner=owner, env={"CRED_TOKEN": SECRET})
     client.force_login(stranger)
     # The view only uses a source job of the user's own (a stranger's rebuild_of is ignored).
-    from jobs.views import _rebuild_source
+    from jobs.pages.views import _rebuild_source
 
     class Request:
         POST = {"rebuild_of": str(theirs.pk)}

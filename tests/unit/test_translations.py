@@ -87,7 +87,7 @@ def test_the_failed_job_page_in_portuguese_shows_no_english_of_the_catalogue(mak
 
 
 def test_a_failure_card_made_in_english_is_read_in_portuguese():
-    from jobs.card_words import card_words
+    from jobs.pages.card_words import card_words
 
     with translation.override("pt-br"):
         assert card_words("Rank 3 (worker-1, node-b) raised ValueError: bad") == (

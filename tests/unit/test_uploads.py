@@ -389,3 +389,13 @@ def test_an_unpacking_that_takes_too_long_is_stopped_and_leaves_nothing(owner, u
     assert "took longer than 0.001 seconds" in refusal(upload(owner, tar_gz(member("code/train.py", b"1"))))
     assert time.monotonic() - started < 10
     assert nothing_left(uploads)
+
+
+def test_an_archive_on_disk_that_is_refused_is_refused_like_one_in_memory(uploads, tmp_path):
+    # A large upload reaches the console as a file on disk, handed to the unpacker as it is.
+    on_disk = tmp_path / "not-an-archive.zip"
+    on_disk.write_bytes(b"this is not an archive" * 100)
+
+    with pytest.raises(ArchiveRejected, match="neither a .zip nor a .tar.gz"):
+        service.unpack(on_disk, uploads / "scratch")
+    assert not (uploads / "scratch").exists()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Sum
 from django.utils.translation import gettext as _
 
-from .models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
+from jobs.models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
 
 STATES = [Node.DisplayState.READY, Node.DisplayState.BUSY, Node.DisplayState.DRAINING, Node.DisplayState.NOT_READY]
 

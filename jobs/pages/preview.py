@@ -11,13 +11,13 @@ from django.db.models import Max
 
 from jobs.allocation import nodes_for
 from jobs.code_dirs.service import python_files
-from jobs.forms import TrainingJobForm, form_errors
 from jobs.launch.command_builder import JOB_DIR, CommandError
 from jobs.launch.masking import mask_shell_text, tune_file_names
 from jobs.launch.plan import job_command
 from jobs.launch.platform_env import worker_hostname
 from jobs.models import LauncherDefaults, TrainingJob
-from jobs.submission import job_from_form, sshd_port_for
+from jobs.submission.forms import TrainingJobForm, form_errors
+from jobs.submission.jobs import job_from_form, sshd_port_for
 
 
 class PreviewAnswer(TypedDict, total=False):

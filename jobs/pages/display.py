@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from jobs.allocation import waiting_reason
 from jobs.launch.command_builder import JOB_DIR
 from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
 from jobs.launch.plan import worker_environment_for
-
-from .allocation import waiting_reason
-from .models import JobStatus, TrainingJob, WorkerState
+from jobs.models import JobStatus, TrainingJob, WorkerState
 
 # Keyed by the status's value: a JobStatus is a str, and callers pass either.
 STATE_BADGES: dict[str, str] = {

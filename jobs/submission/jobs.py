@@ -10,11 +10,11 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from jobs import task_queue
-from jobs.access import STOP_OTHERS, ensure_may, visible_jobs
-from jobs.forms import TrainingJobForm
 from jobs.models import JobEvent, LauncherDefaults, TrainingJob
 from jobs.results.metrics import default_metric_definitions
+from jobs.submission import task_queue
+from jobs.submission.access import STOP_OTHERS, ensure_may, visible_jobs
+from jobs.submission.forms import TrainingJobForm
 
 
 def sshd_port_for(job_id: int, defaults: LauncherDefaults) -> int:

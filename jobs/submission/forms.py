@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count
+from jobs.code_dirs.service import python_files
 from jobs.launch.command_builder import (
     ENV_NAME_RE,
     PARAM_NAME_RE,
@@ -22,11 +23,9 @@ from jobs.launch.command_builder import (
 )
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
+from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
-
-from .access import visible_code_dirs
-from .code_dirs.service import python_files
-from .models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
+from jobs.submission.access import visible_code_dirs
 
 # The command builder's words for a wrong boot file, in the page's language.
 BUILDER_MESSAGES = {
@@ -132,7 +131,7 @@ class TrainingJobForm(forms.Form):
     name = forms.CharField(max_length=64)
     description = forms.CharField(max_length=256, required=False)
     engine = NameOrIdChoiceField(EngineVersion.objects.select_related("engine"), ("version", "engine__name"))
-    # Narrowed in __init__ to the code directories the submitting user may see (jobs.access.visible_code_dirs).
+    # Narrowed in __init__ to the code directories the submitting user may see (jobs.submission.access.visible_code_dirs).
     code_dir = NameOrIdChoiceField(CodeDirectory.objects.filter(sharing=CodeDirectory.Sharing.EVERYONE), ("name",))
     boot_file = forms.CharField(max_length=512)
     data_url = forms.CharField(max_length=1024, required=False)

@@ -17,15 +17,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.images.availability import images_being_prepared
 from jobs.launch.masking import mask_shell_text, masked
-from jobs.results.outputs import outputs_root
-
-from .access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
-from .capacity import pool_capacity
-from .command_preview import preview
-from .forms import MAX_ENV_VARS, PARAM_VALUE_MAX_CHARS, TrainingJobForm, page_data, with_kept_secrets
-from .job_display import display, stop_event_message
-from .log_download import timestamped_log_response
-from .models import (
+from jobs.models import (
     FINAL_STATES,
     CodeDirectory,
     Engine,
@@ -37,8 +29,15 @@ from .models import (
     ResourceSpec,
     TrainingJob,
 )
-from .paging import IdsFirst
-from .submission import stop_visible_job, submit_job
+from jobs.pages.capacity import pool_capacity
+from jobs.pages.display import display, stop_event_message
+from jobs.pages.log_download import timestamped_log_response
+from jobs.pages.paging import IdsFirst
+from jobs.pages.preview import preview
+from jobs.results.outputs import outputs_root
+from jobs.submission.access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
+from jobs.submission.forms import MAX_ENV_VARS, PARAM_VALUE_MAX_CHARS, TrainingJobForm, page_data, with_kept_secrets
+from jobs.submission.jobs import stop_visible_job, submit_job
 
 JOBS_PER_PAGE = 20
 # The form warns of a name already used among the user's latest jobs.

@@ -1,0 +1,1 @@
+"""The pages stage: the job pages, the tokens and webhook pages, the capacity page, and what they show."""
