@@ -2,13 +2,14 @@
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.db import connection as db_connection
 
-from jobs.logs.store import LogRecord, StoreResult, store_lines
+from jobs.logs.store import LogRecord, StoredLogLine, StoreResult, store_lines
 from jobs.models import LogStream
 
 # Batches handed to the writer and not yet stored; a full queue makes the readers wait (backpressure),
@@ -33,8 +34,10 @@ class LogSink:
     """
 
     def __init__(self, job_id: int, *, batch_lines: int | None = None, interval: float | None = None,
-                 owner: str = ""):
+                 owner: str = "", on_stored: Callable[[Sequence[StoredLogLine]], None] | None = None):
         self.job_id = job_id
+        # Told each batch's lines once they are stored (the run's monitor), so that nobody reads them back.
+        self.on_stored = on_stored
         # The run's owner (TrainingJob.run_owner): lines with a cursor are stored only while it owns the run.
         self.owner = owner
         self.batch_lines = batch_lines or settings.LOG_FLUSH_MAX_LINES
@@ -114,6 +117,8 @@ class LogSink:
             try:
                 result = await self._store(loop, batch, dropped, mark)
                 self.capped = self.capped or result.capped
+                if self.on_stored is not None and result.lines:
+                    self.on_stored(result.lines)
             except Exception as error:  # noqa: BLE001 - the readers must learn of it, not hang on a full queue
                 self.failure = error
                 self._discard_queued()

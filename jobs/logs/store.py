@@ -73,6 +73,8 @@ class StoreResult:
     last_seq: int
     # The job's log cap has been reached: its program's further output is not stored.
     capped: bool
+    # The lines as stored, with their sequence numbers: what the run's monitor reads, without a read-back.
+    lines: tuple[StoredLogLine, ...] = ()
 
 
 def _clip(text: str, limit: int) -> tuple[str, int]:
@@ -149,7 +151,9 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
         TrainingJob.objects.filter(pk=job_id).update(**fields)
     if rows:
         transaction.on_commit(lambda: JobProgressPublisher(job_id).log_appended(last))
-    return StoreResult(last_seq=last, capped=dropped > 0)
+    stored = tuple(StoredLogLine(start + offset, worker_index, rank, stream, text, at)
+                   for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1))
+    return StoreResult(last_seq=last, capped=dropped > 0, lines=stored)
 
 
 _INSERT_COLUMNS = ("job", "seq", "worker_index", "rank", "stream", "text", "at")

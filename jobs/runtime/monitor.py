@@ -1,6 +1,9 @@
 """What runs beside a job's launch: metrics read from its log, the hung-rank watchdog, and auto stop.
 
-Every second or so the monitor reads the log lines stored since its cursor. Each rank's line moves
+Every second or so the monitor looks at the job (a stop first: it is never kept waiting behind a flood of
+lines), then takes the log lines stored since its cursor: those the run's log sink told it of as it stored
+them (one pass, nothing read back), and from the database only what it was not told of (a run taken up
+again, lines another writer stored between two batches, the last lines at the end). Each rank's line moves
 that rank's "last heard" time and may hold metric values. A rank silent for longer than the job's
 watchdog time marks the job suspected hung (the job page and the API list the silent ranks); with
 the administrator's leave the monitor then asks the run to stop the job, as it does when the job
@@ -9,6 +12,7 @@ reaches its auto stop limit.
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from jobs.launch.plan import worker_of_rank
-from jobs.logs.store import lines_after, service_line
+from jobs.logs.store import StoredLogLine, lines_after, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
 from jobs.results.metrics import MetricExtractor, default_metric_definitions
 
@@ -76,6 +80,9 @@ class RunMonitor:
         self.last_heard = {rank: started for rank in range(len(rank_workers))}
         self.last_text: dict[int, str] = {}
         self.cursor = 0
+        # Batches of lines the log sink stored, in order (appended in the run's event loop, taken in the
+        # database thread: a deque's append and popleft need no lock).
+        self.fed: deque[Sequence[StoredLogLine]] = deque()
         self.extractor: MetricExtractor | None = None
         self.silent: list[int] = []
         self.stop_task: asyncio.Task[None] | None = None
@@ -108,14 +115,19 @@ class RunMonitor:
                 logger.exception("job %s: stop by the console failed", self.job_id)
         await sync_to_async(self.read_new_lines)(None)
 
+    def take_stored(self, lines: Sequence[StoredLogLine]) -> None:
+        """What the log sink stored (LogSink.on_stored): read at the next tick, without a read-back."""
+        self.fed.append(lines)
+
     # The work of one tick, in the database thread.
 
     def tick(self) -> StopRequest | None:
-        self.read_new_lines()
+        # The job first: a stop is seen within a tick, whatever the log holds (its lines are read at the end).
         job = cast(WatchedJob, TrainingJob.objects.filter(pk=self.job_id).values(*WatchedJob.__annotations__).get())
         self.status = job["status"]
         if job["status"] != JobStatus.RUNNING:
             return None
+        self.read_new_lines()
         now = timezone.now()
         hours = job["auto_stop_hours"]
         if hours and job["started_at"] and now - job["started_at"] >= timedelta(hours=hours):
@@ -123,8 +135,8 @@ class RunMonitor:
         return self.watch(job, now)
 
     def read_new_lines(self, max_batches: int | None = BATCHES_PER_TICK) -> None:
-        """Read what was stored since the cursor: a few batches a tick, so the run's other database work
-        (its heartbeat) is not held up behind a job that prints faster than this reads; all at the end."""
+        """Take what was stored since the cursor: what the sink told of, and from the database what it did
+        not (a few batches a tick, so the run's other database work is not held up; all at the end)."""
         if self.extractor is None:
             definitions, starts = TrainingJob.objects.values_list("metric_definitions", "attempt_log_starts").get(
                 pk=self.job_id)
@@ -134,26 +146,44 @@ class RunMonitor:
             stored = MetricPoint.objects.filter(job_id=self.job_id).aggregate(last=Max("seq"))["last"] or 0
             self.cursor = max(self.cursor, starts[-1] if starts else 0, stored)
         points: list[MetricPoint] = []
+        told = False
+        while self.fed:
+            told = True
+            fresh = [line for line in self.fed.popleft() if line.seq > self.cursor]
+            if not fresh:
+                continue
+            if fresh[0].seq > self.cursor + 1:  # lines stored beside the sink's: read back just those
+                self._read_back(points, through=fresh[0].seq - 1, max_batches=None)
+            self._take(points, fresh)
+        if not told or max_batches is None:
+            self._read_back(points, through=None, max_batches=max_batches)
+        if points:
+            self._store_points(points)
+
+    def _read_back(self, points: list[MetricPoint], through: int | None, max_batches: int | None) -> None:
         batches = 0
         while max_batches is None or batches < max_batches:
             batches += 1
             lines = lines_after(self.job_id, self.cursor, READ_BATCH)
-            for line in lines:
-                self.cursor = line.seq
-                if line.rank is None or line.stream == LogStream.SYSTEM:
-                    continue
-                if line.at > self.last_heard.get(line.rank, line.at - timedelta(seconds=1)):
-                    self.last_heard[line.rank] = line.at
-                self.last_text[line.rank] = line.text[:300]
-                points.extend(
-                    MetricPoint(job_id=self.job_id, name=point.name, rank=line.rank, step=point.step,
-                                value=point.value, at=line.at, seq=line.seq)
-                    for point in self.extractor.extract(line.text)
-                )
-            if len(lines) < READ_BATCH:
-                break
-        if points:
-            self._store_points(points)
+            wanted = [line for line in lines if through is None or line.seq <= through]
+            self._take(points, wanted)
+            if len(lines) < READ_BATCH or len(wanted) < len(lines):
+                return
+
+    def _take(self, points: list[MetricPoint], lines: Sequence[StoredLogLine]) -> None:
+        assert self.extractor is not None
+        for line in lines:
+            self.cursor = line.seq
+            if line.rank is None or line.stream == LogStream.SYSTEM:
+                continue
+            if line.at > self.last_heard.get(line.rank, line.at - timedelta(seconds=1)):
+                self.last_heard[line.rank] = line.at
+            self.last_text[line.rank] = line.text[:300]
+            points.extend(
+                MetricPoint(job_id=self.job_id, name=point.name, rank=line.rank, step=point.step,
+                            value=point.value, at=line.at, seq=line.seq)
+                for point in self.extractor.extract(line.text)
+            )
 
     def _store_points(self, points: list[MetricPoint]) -> None:
         with transaction.atomic():

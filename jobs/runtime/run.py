@@ -299,7 +299,8 @@ class JobRun:
         workers = asyncio.create_task(watch.run())
         stop = asyncio.create_task(self.carry_out_the_stop())
         try:
-            exit_code = await launch(self.plan, LogSink(self.job_id, owner=self.owner), cursor, self.stopping)
+            sink = LogSink(self.job_id, owner=self.owner, on_stored=monitor.take_stored)
+            exit_code = await launch(self.plan, sink, cursor, self.stopping)
             if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
                 # mpirun may fail for a worker it lost before the watch's next look: one more look says so.
                 workers.cancel()
