@@ -193,7 +193,7 @@ async def load_image_on_nodes(nodes, reference: str, archive: Path, concurrency:
 
 async def prepare_by_hand(plan, worker, code_archive: Path, scratch: Path) -> dict[str, float]:
     """One worker's container as the runtime makes it, with no more steps than it needs; each step timed."""
-    from jobs.runtime.containers import JOB_UID, run_argv
+    from jobs.runtime.containers import JOB_UID, SECCOMP_PROFILE, run_argv, seccomp_path
     from jobs.runtime.preparation import NODE_SCRIPTS, write_worker_bundle
     from jobs.runtime.ssh import connect, run_checked
 
@@ -216,7 +216,8 @@ async def prepare_by_hand(plan, worker, code_archive: Path, scratch: Path) -> di
             await sftp.put(str(bundle), f"{worker.workdir}/bundle.tar")
             await sftp.put(str(code_archive), f"{worker.workdir}/code.tar")
             await sftp.put(str(NODE_SCRIPTS / "prepare-workdir.sh"), f"{worker.workdir}/prepare-workdir.sh")
-        took("upload (SFTP: mkdir, bundle, code, script)")
+            await sftp.put(str(SECCOMP_PROFILE), seccomp_path(worker))  # the runtime's argv names it
+        took("upload (SFTP: mkdir, bundle, code, script, seccomp profile)")
         await run_checked(connection, worker.node.label, "laying out the job's files",
                           ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
         took("workdir layout (prepare-workdir.sh)")
