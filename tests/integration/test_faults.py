@@ -246,13 +246,13 @@ def test_a_submission_made_without_a_broker_runs_later_and_a_retried_one_returns
             "parameters": [{"name": "count", "value": "10"}]}
     redis_server.stop()
     try:
-        with caplog.at_level(logging.WARNING, logger="jobs.tasks"):
+        with caplog.at_level(logging.WARNING, logger="jobs.submission.task_queue"):
             offline = api.post("/api/v1/training-jobs", body, format="json")
     finally:
         redis_server.restart()
         celery_worker.restart()  # a Redis that went away ends the worker (see CeleryWorker)
     assert offline.status_code == 201, offline.content
-    assert "could not queue a dispatch" in caplog.text, "the broker answered: nothing was tested"
+    assert "could not queue jobs.tasks.dispatch_pending_jobs" in caplog.text, "the broker answered: nothing was tested"
     assert TrainingJob.objects.get(pk=offline.json()["id"]).status == JobStatus.PENDING
 
     first = api.post("/api/v1/training-jobs", {**body, "name": "idempotent"}, format="json",

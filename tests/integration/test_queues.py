@@ -81,7 +81,7 @@ def split_workers(console, own_broker) -> Iterator[list[Path]]:
         services.start_celery_worker(env, logs[1], concurrency=1, queues="runs", name="runs-b"),
         services.start_celery_worker(env, logs[2], concurrency=2, queues="control", name="control"),
     ]
-    settings.RUN_SLOTS = 2
+    run_slots, settings.RUN_SLOTS = settings.RUN_SLOTS, 2
     try:
         deadline = time.monotonic() + 90
         with celery_app.connection_for_write() as connection:
@@ -89,6 +89,7 @@ def split_workers(console, own_broker) -> Iterator[list[Path]]:
                 assert time.monotonic() < deadline, "the three workers did not answer"
         yield logs
     finally:
+        settings.RUN_SLOTS = run_slots
         for process in processes:
             services.stop(process)
 

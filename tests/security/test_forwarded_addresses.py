@@ -14,14 +14,12 @@ from tests.integration.helpers import TEST_OUTPUT
 LIMIT = 5
 
 
-def serve(trusted_proxies: str) -> tuple[int, object]:
+def serve(settings, trusted_proxies: str) -> tuple[int, object]:
     port = services.free_port()
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
     env = {**_worker_database_env(), "TRUSTED_PROXIES": trusted_proxies, "API_TOKEN_FAILURE_LIMIT": str(LIMIT),
            "REDIS_URL": f"redis://127.0.0.1:{services.free_port()}/0"}
-    # The command is built with this process's settings: the same TRUSTED_PROXIES for it.
-    from django.conf import settings
-
+    # The command is built with this process's settings (pytest-django's wrapper puts them back after).
     settings.TRUSTED_PROXIES = [item for item in trusted_proxies.split(",") if item]
     process = services.start_web_server(port, env, TEST_OUTPUT / f"uvicorn-forwarded-{RUN_ID}.log")
     return port, process
@@ -29,7 +27,7 @@ def serve(trusted_proxies: str) -> tuple[int, object]:
 
 @pytest.fixture
 def web_server(transactional_db, settings) -> Iterator[int]:
-    port, process = serve("")
+    port, process = serve(settings, "")
     yield port
     services.stop(process)
 
@@ -55,7 +53,7 @@ def test_rotating_x_forwarded_for_buys_no_more_token_guesses(web_server):
 
 
 def test_a_trusted_proxys_forwarded_address_is_the_one_counted(transactional_db, owner, settings):
-    port, process = serve("127.0.0.1")
+    port, process = serve(settings, "127.0.0.1")
     try:
         guesses = [get_jobs(port, f"tc_guess{attempt}", "203.0.113.7") for attempt in range(LIMIT + 1)]
         token = ApiToken.issue(owner, "cli")[1]
