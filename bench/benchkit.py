@@ -140,12 +140,10 @@ class Console:
             call_command("localcluster", "up", nodes=self.nodes, slots=self.slots, stdout=quiet)
             self.worker = services.start_celery_worker({}, self.worker_log)
             if self.with_web:
+                # The server production runs (its HTTP protocol with the header deadline, its proxy policy),
+                # so that what a benchmark measures is what a deployment serves.
                 self.web_port = services.free_port()
-                self.web = subprocess.Popen(
-                    [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",
-                     "--port", str(self.web_port), "--log-level", "warning"], cwd=BASE_DIR,
-                    stdout=open(self.var / "uvicorn.log", "ab"), stderr=subprocess.STDOUT)
-                services.wait_for_port("127.0.0.1", self.web_port, 30, self.web)
+                self.web = services.start_web_server(self.web_port, {}, self.var / "uvicorn.log")
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -18,8 +18,6 @@ import http.client
 import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -285,10 +283,7 @@ def main() -> None:
               f"jobs_logline {t['sizes'][0]} with its indexes, jobs_trainingjob {t['sizes'][1]}", flush=True)
 
         web_port = services.free_port()
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1",
-                                "--port", str(web_port), "--log-level", "warning"], cwd=benchkit.BASE_DIR,
-                               stdout=open(VAR / "uvicorn.log", "ab"), stderr=subprocess.STDOUT)
-        services.wait_for_port("127.0.0.1", web_port, 60, web)
+        web = services.start_web_server(web_port, {}, VAR / "uvicorn.log")  # the server production runs
 
         big = record["big"].pk
         viewers = {"admin": record["admin"], "user0": record["owner"]}
