@@ -2,12 +2,10 @@
 with flags on top, the config file's mode, bad input answered with one line and exit code 2, and a
 submission retried with its Idempotency-Key when the answer is lost (a stand-in HTTP server drops it)."""
 
-import http.server
 import os
 import stat
 import subprocess
 import sys
-import threading
 
 import pytest
 from training_console_cli import config
@@ -15,6 +13,8 @@ from training_console_cli.api import Client
 from training_console_cli.documents import line_text, load_document, submission_of, with_flags
 from training_console_cli.errors import BadInput
 from training_console_cli.follow import EXIT_ABNORMAL, EXIT_STOPPED, events, exit_code_of
+
+from tests.http_recorder import Answer, Recorder, Request, json_answer
 
 
 def test_the_event_stream_is_read_into_events_skipping_comments_and_the_retry():
@@ -92,31 +92,12 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, argv):
 
 
 def test_a_submission_whose_answer_is_lost_is_sent_again_with_the_same_idempotency_key():
-    keys = []
+    def lose_the_first(request: Request) -> Answer | None:
+        if len(console.seen) == 1:
+            return None
+        return json_answer({"id": 1, "name": "a", "status": "Pending"}, status=201)
 
-    class Console(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            keys.append(self.headers["Idempotency-Key"])
-            if len(keys) == 1:
-                self.close_connection = True
-                self.connection.shutdown(2)  # the answer is lost
-                return
-            body = b'{"id": 1, "name": "a", "status": "Pending"}'
-            self.send_response(201)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Console)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = Client(config.Settings(f"http://127.0.0.1:{server.server_address[1]}", "t"))
-        assert client.submit({"name": "a"})["id"] == 1
-    finally:
-        server.shutdown()
+    with Recorder(answer=lose_the_first) as console:
+        assert Client(config.Settings(console.url, "t")).submit({"name": "a"})["id"] == 1
+    keys = [request.headers["Idempotency-Key"] for request in console.seen]
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith("tc-")
