@@ -1,64 +1,35 @@
 """Who may see and act on a job, through the pages and the API alike, and the pages' language."""
 
+import re
+from datetime import timedelta
+
 import pytest
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client
-from rest_framework.test import APIClient
+from django.utils import timezone
 
 from jobs.code_dirs.service import register
-from jobs.models import Engine, EngineVersion, JobStatus, LauncherDefaults, ResourceSpec, TrainingJob
+from jobs.models import JobStatus, LogLine, MetricPoint, TrainingJob
+from tests.fixtures import api_client, person
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def catalog(tmp_path):
-    code = tmp_path / "mnist"
-    code.mkdir()
-    (code / "train.py").write_text("")
-    LauncherDefaults.current()
-    return {
-        "engine": EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="mpi-4.1"),
-        "spec": ResourceSpec.objects.create(name="cpu-2", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2),
-        "code_dir": register("mnist", code, sharing="everyone"),
-    }
-
-
-def make_user(name: str, **extra):
-    return get_user_model().objects.create_user(name, password=f"{name}-password", **extra)
-
-
-@pytest.fixture
-def owner():
-    return make_user("owner")
-
-
-@pytest.fixture
-def stranger():
-    return make_user("stranger")
-
-
-def make_job(catalog, owner, name="owners-job", status=JobStatus.RUNNING, **fields) -> TrainingJob:
-    return TrainingJob.objects.create(
-        name=name, owner=owner, engine_version=catalog["engine"], code_dir=catalog["code_dir"], boot_file="train.py",
-        spec=catalog["spec"], status=status, parameters=[{"name": "lr", "value": "0.1"}], **fields)
-
-
 def browser_of(user) -> Client:
+    """The pages as the user's browser reaches them, signed in."""
     client = Client()
     client.force_login(user)
     return client
 
 
-def api_of(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
+@pytest.fixture
+def pages(owner) -> Client:
+    """The owner's browser."""
+    return browser_of(owner)
 
 
-def test_a_stranger_neither_sees_nor_reaches_the_owners_job_on_the_pages(catalog, owner, stranger):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
+def test_a_stranger_neither_sees_nor_reaches_the_owners_job_on_the_pages(make_job, stranger):
+    job = make_job(name="owners-job", status=JobStatus.PENDING)
     pages = browser_of(stranger)
 
     listing = pages.get("/")
@@ -72,9 +43,9 @@ def test_a_stranger_neither_sees_nor_reaches_the_owners_job_on_the_pages(catalog
     assert job.status == JobStatus.PENDING
 
 
-def test_a_stranger_neither_sees_nor_stops_the_owners_job_through_the_api(catalog, owner, stranger):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
-    api = api_of(stranger)
+def test_a_stranger_neither_sees_nor_stops_the_owners_job_through_the_api(make_job, stranger):
+    job = make_job(status=JobStatus.PENDING)
+    api = api_client(stranger)
 
     listing = api.get("/api/v1/training-jobs").json()
     assert [item["id"] for item in (listing["results"] if isinstance(listing, dict) else listing)] == []
@@ -85,35 +56,34 @@ def test_a_stranger_neither_sees_nor_stops_the_owners_job_through_the_api(catalo
     assert job.status == JobStatus.PENDING
 
 
-def test_a_stranger_cannot_delete_the_owners_finished_job(catalog, owner, stranger):
-    job = make_job(catalog, owner, status=JobStatus.COMPLETED)
+def test_a_stranger_cannot_delete_the_owners_finished_job(make_job, stranger):
+    job = make_job(status=JobStatus.COMPLETED)
 
     assert browser_of(stranger).post(f"/jobs/{job.pk}/delete").status_code == 404
     assert TrainingJob.objects.filter(pk=job.pk).exists()
 
 
-def test_the_owner_stops_a_queued_job_from_its_page_and_it_ends_terminated(catalog, owner):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
+def test_the_owner_stops_a_queued_job_from_its_page_and_it_ends_terminated(make_job, pages):
+    job = make_job(status=JobStatus.PENDING)
 
-    response = browser_of(owner).post(f"/jobs/{job.pk}/stop", {"next": "/"})
+    response = pages.post(f"/jobs/{job.pk}/stop", {"next": "/"})
 
     assert response.status_code == 302 and response["Location"] == "/"
     job.refresh_from_db()
     assert job.status == JobStatus.TERMINATED
 
 
-def test_a_stop_that_would_leave_the_site_returns_to_the_job_instead(catalog, owner):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
+def test_a_stop_that_would_leave_the_site_returns_to_the_job_instead(make_job, pages):
+    job = make_job(status=JobStatus.PENDING)
 
-    response = browser_of(owner).post(f"/jobs/{job.pk}/stop", {"next": "https://elsewhere.example/"})
+    response = pages.post(f"/jobs/{job.pk}/stop", {"next": "https://elsewhere.example/"})
 
     assert response["Location"] == f"/jobs/{job.pk}"
 
 
-def test_a_running_job_is_not_deleted_and_a_finished_one_is(catalog, owner):
-    running = make_job(catalog, owner, name="running")
-    finished = make_job(catalog, owner, name="finished", status=JobStatus.FAILED)
-    pages = browser_of(owner)
+def test_a_running_job_is_not_deleted_and_a_finished_one_is(make_job, pages):
+    running = make_job(name="running", status=JobStatus.RUNNING)
+    finished = make_job(name="finished", status=JobStatus.FAILED)
 
     pages.post(f"/jobs/{running.pk}/delete")
     pages.post(f"/jobs/{finished.pk}/delete")
@@ -122,9 +92,9 @@ def test_a_running_job_is_not_deleted_and_a_finished_one_is(catalog, owner):
     assert not TrainingJob.objects.filter(pk=finished.pk).exists()
 
 
-def test_staff_given_the_permissions_see_everyones_jobs_and_can_stop_them(catalog, owner):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
-    admin = make_user("admin", is_staff=True)
+def test_staff_given_the_permissions_see_everyones_jobs_and_can_stop_them(make_job):
+    job = make_job(name="owners-job", status=JobStatus.PENDING)
+    admin = person("admin", is_staff=True)
     admin.user_permissions.add(*Permission.objects.filter(codename__in=["view_trainingjob", "change_trainingjob"]))
     pages = browser_of(admin)
 
@@ -136,8 +106,8 @@ def test_staff_given_the_permissions_see_everyones_jobs_and_can_stop_them(catalo
     assert job.status == JobStatus.TERMINATED
 
 
-def test_pages_ask_for_a_login_first(catalog, owner):
-    job = make_job(catalog, owner)
+def test_pages_ask_for_a_login_first(make_job):
+    job = make_job()
     anonymous = Client()
 
     for url in ("/", "/jobs/new", f"/jobs/{job.pk}", f"/jobs/{job.pk}/rebuild"):
@@ -146,8 +116,8 @@ def test_pages_ask_for_a_login_first(catalog, owner):
     assert anonymous.post("/jobs/preview").status_code == 302
 
 
-def test_a_stop_without_the_csrf_token_is_refused(catalog, owner):
-    job = make_job(catalog, owner, status=JobStatus.PENDING)
+def test_a_stop_without_the_csrf_token_is_refused(make_job, owner):
+    job = make_job(status=JobStatus.PENDING)
     pages = Client(enforce_csrf_checks=True)
     pages.force_login(owner)
 
@@ -156,11 +126,10 @@ def test_a_stop_without_the_csrf_token_is_refused(catalog, owner):
     assert job.status == JobStatus.PENDING
 
 
-def test_the_job_list_filters_by_state_and_name_and_pages(catalog, owner):
+def test_the_job_list_filters_by_state_and_name_and_pages(make_job, pages):
     for number in range(25):
-        make_job(catalog, owner, name=f"sweep-{number:02d}", status=JobStatus.COMPLETED)
-    make_job(catalog, owner, name="other-run", status=JobStatus.FAILED)
-    pages = browser_of(owner)
+        make_job(name=f"sweep-{number:02d}", status=JobStatus.COMPLETED)
+    make_job(name="other-run", status=JobStatus.FAILED)
 
     failed = pages.get("/?state=Failed").content.decode()
     searched = pages.get("/?q=sweep").content.decode()
@@ -172,43 +141,43 @@ def test_the_job_list_filters_by_state_and_name_and_pages(catalog, owner):
     assert "Page 2 of 2 (25 jobs)" in second_page
 
 
-def test_the_job_page_masks_secret_variables_and_parameters(catalog, owner):
-    job = make_job(catalog, owner, status=JobStatus.COMPLETED, env={"CRED_TOKEN": "hunter2", "GREETING": "hello"},
+def test_the_job_page_masks_secret_variables_and_parameters(make_job, pages):
+    job = make_job(status=JobStatus.COMPLETED, env={"CRED_TOKEN": "hunter2", "GREETING": "hello"},
                    command="mpirun -np 2 python /x/train.py --lr=0.1 --db_password=hunter3",
                    tune_file="-x CRED_TOKEN\n-x MA_NUM_HOSTS\n")
     job.parameters = [{"name": "db_password", "value": "hunter3"}]
     job.save()
 
-    page = browser_of(owner).get(f"/jobs/{job.pk}").content.decode()
+    page = pages.get(f"/jobs/{job.pk}").content.decode()
 
     assert "hunter2" not in page and "hunter3" not in page
     assert "CRED_TOKEN=******" in page and "--db_password=******" in page
     assert "GREETING=hello" in page
 
 
-def test_the_pages_follow_the_browsers_language_and_the_switch(catalog, owner):
-    pages = browser_of(owner)
-
+def test_the_pages_follow_the_browsers_language_and_the_switch(pages):
     assert "Criar trabalho de treinamento" in pages.get("/jobs/new", HTTP_ACCEPT_LANGUAGE="pt-BR,pt;q=0.9").content.decode()
     assert "Create training job" in pages.get("/jobs/new", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     pages.post("/i18n/setlang/", {"language": "pt-br", "next": "/"})
     assert "Trabalhos de treinamento" in pages.get("/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
 
 
-def test_a_form_refused_in_portuguese_says_why_in_portuguese(catalog, owner):
-    page = browser_of(owner).post("/jobs/new", {
-        "name": "bad name!", "engine": catalog["engine"].pk, "code_dir": catalog["code_dir"].pk, "boot_file": "../x.py",
-        "spec": catalog["spec"].pk, "node_count": "1"}, HTTP_ACCEPT_LANGUAGE="pt-BR").content.decode()
+def test_a_form_refused_in_portuguese_says_why_in_portuguese(make_job, pages, tmp_path):
+    (tmp_path / "train.py").write_text("")
+    # An engine, a spec and a code directory the owner may use, so that the name and the boot file are what is refused.
+    offered = make_job(code_dir=register("mnist", tmp_path, sharing="everyone"))
+    page = pages.post("/jobs/new", {
+        "name": "bad name!", "engine": offered.engine_version.pk, "code_dir": offered.code_dir.pk, "boot_file": "../x.py",
+        "spec": offered.spec.pk, "node_count": "1"}, HTTP_ACCEPT_LANGUAGE="pt-BR").content.decode()
 
     assert "Use de 1 a 64 letras, dígitos, &#x27;-&#x27; ou &#x27;_&#x27;." in page
     assert "Informe um caminho dentro do diretório de código, como train.py." in page
 
 
-def test_the_list_stops_and_deletes_the_ticked_jobs_and_says_which_it_could_not(catalog, owner, stranger):
-    queued = make_job(catalog, owner, name="queued", status=JobStatus.PENDING)
-    finished = make_job(catalog, owner, name="finished", status=JobStatus.COMPLETED)
-    others = make_job(catalog, stranger, name="not-mine", status=JobStatus.COMPLETED)
-    pages = browser_of(owner)
+def test_the_list_stops_and_deletes_the_ticked_jobs_and_says_which_it_could_not(make_job, stranger, pages):
+    queued = make_job(name="queued", status=JobStatus.PENDING)
+    finished = make_job(name="finished", status=JobStatus.COMPLETED)
+    others = make_job(owner=stranger, name="not-mine", status=JobStatus.COMPLETED)
 
     stopped = pages.post("/jobs/bulk", {"action": "stop", "ids": [queued.pk, finished.pk]}, follow=True).content.decode()
     deleted = pages.post("/jobs/bulk", {"action": "delete", "ids": [queued.pk, finished.pk, others.pk]}, follow=True)
@@ -220,81 +189,66 @@ def test_the_list_stops_and_deletes_the_ticked_jobs_and_says_which_it_could_not(
     assert pages.post("/jobs/bulk", {"action": "stop", "ids": ["x", "'; drop"]}).status_code == 302
 
 
-def test_the_list_filters_by_time_and_its_rows_poll_only_while_a_job_is_unfinished(catalog, owner):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    old = make_job(catalog, owner, name="last-month", status=JobStatus.COMPLETED)
+def test_the_list_filters_by_time_and_its_rows_poll_only_while_a_job_is_unfinished(make_job, pages):
+    old = make_job(name="last-month", status=JobStatus.COMPLETED)
     TrainingJob.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=20))
-    make_job(catalog, owner, name="today", status=JobStatus.COMPLETED)
-    pages = browser_of(owner)
+    make_job(name="today", status=JobStatus.COMPLETED)
 
     recent = pages.get("/?within=7d").content.decode()
     rows = pages.get("/?within=30d", HTTP_HX_REQUEST="true").content.decode()
 
     assert "today" in recent and "last-month" not in recent
     assert rows.lstrip().startswith("<tbody") and "last-month" in rows and "hx-get" not in rows
-    make_job(catalog, owner, name="running-now")
+    make_job(name="running-now", status=JobStatus.RUNNING)
     assert "hx-trigger" in pages.get("/", HTTP_HX_REQUEST="true").content.decode()
     assert pages.get("/?within=forever&mine=1&state=Nope").status_code == 200
 
 
-def test_rebuild_offers_the_name_with_copy_and_a_stop_is_signed_in_the_timeline(catalog, owner):
-    job = make_job(catalog, owner, name="trainer", status=JobStatus.PENDING)
-    pages = browser_of(owner)
+def test_rebuild_offers_the_name_with_copy_and_a_stop_is_signed_in_the_timeline(make_job, pages):
+    job = make_job(name="trainer", status=JobStatus.PENDING)
 
     assert 'value="trainer-copy"' in pages.get(f"/jobs/{job.pk}/rebuild").content.decode()
-    make_job(catalog, owner, name="trainer-copy", status=JobStatus.COMPLETED)
+    make_job(name="trainer-copy", status=JobStatus.COMPLETED)
     assert 'value="trainer-copy-2"' in pages.get(f"/jobs/{job.pk}/rebuild").content.decode()
     pages.post(f"/jobs/{job.pk}/stop")
     assert "Stop requested by owner" in pages.get(f"/jobs/{job.pk}").content.decode()
 
 
-def test_a_failed_jobs_header_says_why_in_plain_words_and_the_live_parts_stop_polling_once_it_ended(catalog, owner):
-    job = make_job(catalog, owner, name="lost", status=JobStatus.FAILED,
+def test_a_failed_jobs_header_says_why_in_plain_words_and_the_live_parts_stop_polling_once_it_ended(make_job, pages):
+    job = make_job(name="lost", status=JobStatus.FAILED,
                    status_message="internal error: asyncssh.misc.ConnectionLost('Connection lost')")
-    pages = browser_of(owner)
 
     page = pages.get(f"/jobs/{job.pk}").content.decode()
     live = pages.get(f"/jobs/{job.pk}/live").content.decode()
 
     assert "the connection to the node was lost (Connection lost)" in page and "ConnectionLost(" not in page
     assert 'id="job-poller" hx-swap-oob="true"></div>' in live and 'hx-swap-oob="true"' in live
-    running = make_job(catalog, owner, name="still-going")
+    running = make_job(name="still-going", status=JobStatus.RUNNING)
     assert "hx-trigger" in pages.get(f"/jobs/{running.pk}/live").content.decode()
     missing = pages.get("/jobs/999999")
     assert missing.status_code == 404
 
 
-def test_the_pages_log_download_puts_each_lines_time_before_it(catalog, owner):
-    from jobs.models import LogLine
-
-    job = make_job(catalog, owner, name="logged", status=JobStatus.COMPLETED, log_line_count=2)
+def test_the_pages_log_download_puts_each_lines_time_before_it(make_job, pages):
+    job = make_job(name="logged", status=JobStatus.COMPLETED, log_line_count=2)
     LogLine.objects.create(job=job, seq=1, rank=0, worker_index=0, stream="stdout", text="hello")
     LogLine.objects.create(job=job, seq=2, rank=1, worker_index=1, stream="stdout", text="other worker")
-    pages = browser_of(owner)
 
     whole = b"".join(pages.get(f"/jobs/{job.pk}/log.txt").streaming_content).decode()
     one = pages.get(f"/jobs/{job.pk}/log.txt?worker=1")
 
-    import re
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00 \[rank 0\] hello\n.+ \[rank 1\] other worker\n", whole)
     assert b"other worker" in b"".join(one.streaming_content) and "worker-1" in one["Content-Disposition"]
     assert pages.get(f"/jobs/{job.pk}/log.txt?worker=x").status_code == 400
 
 
-def test_the_charts_first_read_gets_each_series_downsampled_with_its_ends_and_extremes(catalog, owner):
-    from django.utils import timezone
-
-    from jobs.models import MetricPoint
-
-    job = make_job(catalog, owner, name="long", status=JobStatus.COMPLETED)
+def test_the_charts_first_read_gets_each_series_downsampled_with_its_ends_and_extremes(make_job, owner):
+    job = make_job(name="long", status=JobStatus.COMPLETED)
     now = timezone.now()
     MetricPoint.objects.bulk_create([MetricPoint(job=job, name="loss", rank=rank, step=step, at=now, seq=1,
                                                  value=100.0 if step == 1234 else 1.0 / (step + 1))
                                      for step in range(3000) for rank in (0, 1)])
-    api = api_of(owner)
+    api = api_client(owner)
 
     answer = api.get(f"/api/v1/training-jobs/{job.pk}/metrics?after=0&max_points=100").json()
     rank0 = [point for point in answer["points"] if point["rank"] == 0]
