@@ -6,10 +6,13 @@ PY := $(VENV)/bin/python
 # (iproute2, util-linux), Podman with runc (Debian's crun refuses this kernel's hybrid cgroups) for the
 # workers' containers, nftables for each job's network policy on its nodes, debootstrap to build the engine images, Open MPI and mpi4py for the bare-mpirun
 # benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`,
-# cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with.
+# cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with;
+# Slurm with munge, its REST server, JWT and MySQL plugins, and the MariaDB client, for the local Slurm
+# (`manage.py localslurm`; its accounting runs on the machine's MariaDB server, at 127.0.0.1:3306).
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
 	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
-	podman runc nftables debootstrap cmake g++
+	podman runc nftables debootstrap cmake g++ \
+	munge slurm-wlm slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin mariadb-client
 
 .PHONY: run test unit-test system-packages venv messages check images clean
 
@@ -35,7 +38,9 @@ messages: venv
 images: venv
 	$(PY) manage.py buildimages
 
+# `make run SLURM=1` also brings up a local Slurm on nodes of its own (see README, "Slurm").
 run: venv messages images
+	@if [ -n "$(SLURM)" ]; then $(PY) manage.py localslurm up; fi
 	$(PY) manage.py runconsole
 
 # The guard rails: Django's checks, no missing migration, lint, types (mypy.ini keeps today's baseline),

@@ -1,0 +1,57 @@
+"""The Slurm batch job a console job becomes: what it asks Slurm for, from the launch plan's plain values.
+
+One task per node, each holding that node's share of the spec (its cores for the task, its memory, its GPUs
+as GRES): the console starts one engine container per node, as on its own pools, and Open MPI places the
+ranks inside them. Slurm owns the allocation's limits and accounting; the console asks for nothing beyond it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.launch.plan import JobValues
+from jobs.slurm.rest import JobDescription, SubmitRequest
+
+# slurmrestd runs the script with exactly the environment it is given: this PATH is the one it needs.
+SCRIPT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class PoolValues:
+    """What a Slurm pool adds to every job it runs (ResourcePool's Slurm settings)."""
+
+    partition: str
+    exclusive: bool = False
+
+
+def job_name(job_id: int) -> str:
+    return f"tc-{job_id}"
+
+
+def batch_request(job: JobValues, pool: PoolValues, script: str, *, account: str = "", qos: str = "",
+                  time_limit_minutes: int | None = None, working_dir: str = "/tmp") -> SubmitRequest:
+    description: JobDescription = {
+        "name": job_name(job.job_id),
+        "partition": pool.partition,
+        # An int, not the [min, max] list the v0.0.38 schema shows: 22.05 reads [2, 2] as one node.
+        "nodes": job.node_count,
+        "tasks_per_node": 1,
+        "cpus_per_task": job.spec.cpu_cores,
+        "memory_per_node": job.spec.memory_gb * 1024,
+        # A preempted or node-failed job goes back to the queue as the same Slurm job: its next attempt.
+        "requeue": True,
+        "current_working_directory": working_dir,
+        "environment": {"PATH": SCRIPT_PATH, "TC_JOB_ID": str(job.job_id)},
+        "standard_output": "/dev/null",
+    }
+    if job.spec.gpu_count:
+        description["gres"] = f"gpu:{job.spec.gpu_count}"
+    if pool.exclusive:
+        description["exclusive"] = "true"
+    if account:
+        description["account"] = account
+    if qos:
+        description["qos"] = qos
+    if time_limit_minutes:
+        description["time_limit"] = time_limit_minutes
+    return {"job": description, "script": script}
