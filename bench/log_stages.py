@@ -10,7 +10,8 @@ console's Python, stage by stage, on the same lines (mpirun's tagged output, as 
   module alone (one executemany a batch, one commit each);
 - monitor: the run's monitor reading every stored line back (jobs.logs.store.lines_after) and
   looking for metrics in it, beside a bare SELECT of the same columns;
-- live follower: a page of the event stream as it is sent (jobs.logs.follow), beside the same bare SELECT.
+- live follower: the event stream's pages as it reads and writes them (jobs.logs.follow), beside the same
+  bare SELECT.
 
 Each figure is CPU time (this process's), the best of --repeat runs; a SQLite database of its own.
 
@@ -60,8 +61,8 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from jobs.logs.follow import _event, line_payload
-    from jobs.logs.store import lines_after, read_after, store_lines
+    from jobs.logs.follow import EVENT_BATCH_LINES, _next_batch
+    from jobs.logs.store import lines_after, store_lines
     from jobs.models import CodeDirectory, Engine, EngineVersion, ResourceSpec, TrainingJob
     from jobs.results.metrics import MetricExtractor, default_metric_definitions
     from jobs.runtime.mpirun_output import MpirunOutput
@@ -147,14 +148,17 @@ def main() -> None:
 
     rows["monitor: read back, metrics looked for"] = (best(args.repeat, monitor), best(args.repeat, bare_select(10_000)))
 
+    status = TrainingJob.objects.values_list("status", flat=True).get(pk=stored)
+
     def follower():
         def send():
-            for start in range(0, args.lines, 1000):
-                page = read_after(stored, start, {}, 1000, total=args.lines)
-                "".join(_event(None, line_payload(line), line.seq) for line in page.lines)
+            cursor = 0
+            while cursor < args.lines:  # each page as the event stream reads and writes it (the job's row too)
+                cursor = _next_batch(stored, cursor, {}, status).cursor
         return send
 
-    rows["live follower: event stream pages"] = (best(args.repeat, follower), best(args.repeat, bare_select(1000)))
+    rows["live follower: event stream pages"] = (best(args.repeat, follower),
+                                                  best(args.repeat, bare_select(EVENT_BATCH_LINES)))
     bare.close()
     connection.close()
 

@@ -214,3 +214,16 @@ def test_the_download_streams_the_same_file_through_the_asgi_server(token, job):
         "[mpirun] mpirun detected that one or more processes exited with non-zero status",
         "[ModelArts Service Log]Training end with return code: 1",
     ]
+
+
+def test_each_line_event_is_written_as_json_dumps_writes_its_payload(make_job):
+    from jobs.logs.follow import _event, _line_events, line_payload
+    from jobs.logs.store import read_after
+
+    job = make_job()
+    texts = ['quote " backslash \\ tab \t', "control \x01 \x1b[31m DEL \x7f", "é 中文 \u2028 \U0001f600", "", "[rank 3] x"]
+    store(job, [rank_line(number % 4, text) for number, text in enumerate(texts)]
+          + [system_line("Training end", worker=None), LogRecord(text="mpirun's own", stream=LogStream.STDERR)])
+    lines = read_after(job.pk, 0, {}, 100).lines
+    assert _line_events(lines) == [_event(None, line_payload(line), line.seq) for line in lines]
+    assert [json.loads(event.split("data: ", 1)[1])["text"] for event in _line_events(lines)][:5] == texts

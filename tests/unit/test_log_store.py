@@ -227,3 +227,17 @@ def test_a_job_line_that_imitates_the_platforms_mark_never_reads_as_one(stream, 
     assert not rendered.startswith(SERVICE_LOG_PREFIX)
     assert rendered.startswith("[mpirun] " if rank is None else f"[rank {rank}] ")
     assert render_text(LogStream.SYSTEM, None, "Preparing").startswith(SERVICE_LOG_PREFIX)
+
+
+def test_lines_read_as_values_hold_what_the_models_hold_times_included(make_job):
+    from datetime import UTC, datetime, timedelta
+
+    job = make_job()
+    start = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+    times = [start, start, start + timedelta(microseconds=1), start + timedelta(seconds=1), start]
+    store(job, [LogRecord(text=f"line {number}", rank=number % 2, worker_index=0, at=at) for number, at in enumerate(times)])
+    page = read_after(job.pk, 0, {}, 100)
+    models = list(job.log_lines.order_by("seq"))
+    assert [(line.seq, line.worker_index, line.rank, line.stream, line.text, line.at) for line in page.lines] == [
+        (line.seq, line.worker_index, line.rank, line.stream, line.text, line.at) for line in models]
+    assert [line.at for line in page.lines] == times
