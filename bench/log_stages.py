@@ -131,8 +131,7 @@ def main() -> None:
     def monitor():
         def read():
             for start in range(0, args.lines, 10_000):
-                for line in lines_after(stored, start, 10_000):
-                    extractor.extract(line.text)
+                extractor.extract_many([line.text for line in lines_after(stored, start, 10_000)])
         return read
 
     def bare_select(page: int):

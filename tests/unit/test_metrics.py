@@ -3,8 +3,12 @@
 import re
 
 import pytest
+from hypothesis import example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from jobs.results.metrics import (
+    LEGACY_DEFAULT_REGEXES,
     MetricDefinitionError,
     MetricExtractor,
     default_metric_definitions,
@@ -84,3 +88,30 @@ def test_a_nul_or_a_line_break_in_a_metric_is_refused():
             validate_metric_definitions([{"name": "loss", "regex": regex}])
     with pytest.raises(MetricDefinitionError):
         validate_metric_definitions([{"name": "lo\nss", "regex": "loss=(\\d+)"}])
+
+
+# Patterns whose matches depend on where a line starts and ends, or that could match across lines.
+BATCH_PATTERNS = [
+    r"^loss=(\d+)", r"(\d+)$", r"\bacc (\d)\b", r"\Bx(\d)", r"loss\s*(\d+)", r"[^a]*?(\d)", r"(\d*)", r"\A(\d)",
+    r"(\d)\z", r"(?-m)^(\d)", r"(?i:LOSS)[=:]?(\S+)", r"é(\d)", r".*(\d)$", r"(?s)x.(\d)",
+]
+
+
+@given(st.lists(st.text(alphabet="loss=acc é9x1 \t:\r\n0.", max_size=12), max_size=12),
+       st.lists(st.sampled_from(BATCH_PATTERNS), min_size=1, max_size=4, unique=True))
+@hypothesis_settings(max_examples=400, deadline=None)
+@example(["loss", "=1"], [r"loss\s*(\d+)"])
+@example(["a", "9"], [r"^loss=(\d+)", r"\A(\d)"])
+def test_a_batch_finds_what_each_line_alone_gives(lines, patterns):
+    extractor = MetricExtractor([{"name": f"m{number}", "regex": pattern} for number, pattern in enumerate(patterns)])
+    alone = [(index, extractor.extract(text)) for index, text in enumerate(lines)]
+    assert extractor.extract_many(lines) == [(index, points) for index, points in alone if points]
+
+
+def test_a_batch_with_the_defaults_and_the_legacy_defaults_finds_the_same_points():
+    lines = ["noise", "step=3 loss=0.5 acc=0.9", "x" * 2500 + " loss=1", "loss=2 " + "y" * 2500, "Loss: 0.25", ""]
+    legacy = [{"name": name, "regex": pattern} for name, pattern in zip(("loss", "accuracy"), LEGACY_DEFAULT_REGEXES, strict=False)]
+    for definitions in (default_metric_definitions(), legacy):
+        extractor = MetricExtractor(definitions)
+        expected = [(index, extractor.extract(text)) for index, text in enumerate(lines)]
+        assert extractor.extract_many(lines) == [(index, points) for index, points in expected if points]
