@@ -1,6 +1,7 @@
 """Small helpers the integration tests share: code directories, waiting on jobs, looking at the nodes."""
 
 import asyncio
+import json
 import shutil
 import time
 from pathlib import Path
@@ -28,6 +29,18 @@ def code_dir_from_program(name: str, program: str):
     return register(name, root, sharing="everyone")
 
 
+def submit_program(api, program: str, node_count: int = CLUSTER_NODES, **fields) -> TrainingJob:
+    """Submit one of tests/integration/programs, in a code directory of its name, as a job of the console
+    fixture's engine; `fields` lay over the API's submission body."""
+    name = program.removesuffix(".py")
+    code_dir_from_program(name, program)
+    body = {"name": name.replace("_", "-"), "engine": "local-mpi4py", "spec": "local-cpu", "node_count": node_count,
+            "code_dir": name, "boot_file": program, **fields}
+    response = api.post("/api/v1/training-jobs", body, format="json")
+    assert response.status_code == 201, response.content
+    return TrainingJob.objects.get(pk=response.json()["id"])
+
+
 def wait_for(job: TrainingJob, statuses, timeout: float = 120) -> TrainingJob:
     wanted = {str(status) for status in statuses}
     deadline = time.monotonic() + timeout
@@ -50,6 +63,28 @@ def rank_lines(job: TrainingJob) -> list:
     return list(job.log_lines.filter(rank__isnull=False).order_by("seq"))
 
 
+def reports(job: TrainingJob, prefix: str) -> list[dict]:
+    """The JSON objects the ranks printed after `prefix `, by the rank each names (in the log's order where
+    none does); other lines with the prefix are left out."""
+    found = [json.loads(line.text.removeprefix(prefix + " ")) for line in rank_lines(job)
+             if line.text.startswith(prefix + " {")]
+    return sorted(found, key=lambda report: report.get("rank", 0))
+
+
+def wait_for_reports(job: TrainingJob, prefix: str, count: int = 1, timeout: float = 180) -> list[dict]:
+    """`reports`, once there are `count` of them; the job's end or the timeout before that fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = reports(job, prefix)
+        if len(found) >= count:
+            return found
+        job.refresh_from_db()
+        if job.ended_at is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{len(found)} of {count} {prefix} lines; job {job.status} ({job.status_message}):\n"
+                                 f"{log_text(job)[-6000:]}")
+        time.sleep(0.5)
+
+
 async def _node_run(node, command: str) -> str:
     async with asyncssh.connect(
         node.address,
@@ -61,6 +96,11 @@ async def _node_run(node, command: str) -> str:
         return (await connection.run(command, check=True)).stdout
 
 
+def on_node(local_node, command: str) -> str:
+    """What a command run as root on a node of the local cluster printed (a failure raises)."""
+    return asyncio.run(_node_run(local_node, command))
+
+
 def processes_of_job_on_node(local_node, job: TrainingJob) -> list[str]:
     """Processes on a node that belong to the job: its container's sshd, or anything with its environment."""
     marker = f"{job.dns_name}-worker-"
@@ -69,5 +109,5 @@ def processes_of_job_on_node(local_node, job: TrainingJob) -> list[str]:
         f"if grep -qa -- '{marker}' $p/environ $p/cmdline 2>/dev/null; then "
         "echo \"$(basename $p) $(tr '\\0' ' ' < $p/cmdline)\"; fi; done"
     )
-    output = asyncio.run(_node_run(local_node, command))
+    output = on_node(local_node, command)
     return [line for line in output.splitlines() if line.strip() and "grep -qa" not in line and "for p in" not in line]

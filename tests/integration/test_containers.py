@@ -2,8 +2,6 @@
 job's processes alone in their container, nothing of the host in reach, the spec's memory enforced, and
 nothing of the job left on any node afterwards."""
 
-import asyncio
-import json
 import os
 import shutil
 import stat
@@ -13,7 +11,7 @@ from django.conf import settings
 
 from jobs.images.recipes import MPI
 from jobs.models import JobStatus, Node, ResourceSpec, TrainingJob
-from tests.integration.helpers import _node_run, code_dir_from_program, rank_lines, wait_for
+from tests.integration.helpers import code_dir_from_program, on_node, reports, wait_for
 
 RANKS = 4  # 2 nodes x 2 slots
 # What runs in a worker's container: its sshd (and the sessions it forks), orted, mpirun on worker-0,
@@ -32,15 +30,6 @@ def submit(api, **fields) -> TrainingJob:
     response = api.post("/api/v1/training-jobs", body, format="json")
     assert response.status_code == 201, response.content
     return TrainingJob.objects.get(pk=response.json()["id"])
-
-
-def reports(job: TrainingJob) -> list[dict]:
-    return sorted((json.loads(line.text.removeprefix("ISOLATION ")) for line in rank_lines(job)
-                   if line.text.startswith("ISOLATION ")), key=lambda report: report["rank"])
-
-
-def on_node(local_node, command: str) -> str:
-    return asyncio.run(_node_run(local_node, command))
 
 
 def isolation_code_dir() -> None:
@@ -66,7 +55,7 @@ def test_ranks_run_in_containers_of_the_engine_image_and_see_nothing_of_the_host
         wait_for(job, [JobStatus.COMPLETED])
     finally:
         marker.unlink()
-    found = reports(job)
+    found = reports(job, "ISOLATION")
     assert [report["rank"] for report in found] == list(range(RANKS))
     assert {report["host"] for report in found} == {f"{job.dns_name}-worker-0", f"{job.dns_name}-worker-1"}
     assert {report["python"] for report in found} == {"/usr/local/bin/python"}, "the image's python, not the node's"

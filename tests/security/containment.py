@@ -1,47 +1,12 @@
-"""What the node containment attacks share: submitting an attack program as a job, waiting for the lines it
-prints, and looking at the nodes over their own SSH afterwards."""
+"""What the node containment attacks share beyond tests/integration/helpers.py (which submits an attack
+program as a job and waits for the lines it prints): looking at the nodes over their own SSH afterwards."""
 
-import asyncio
-import json
 import time
 
 from jobs.models import Node, TrainingJob
-from tests.integration.helpers import _node_run, code_dir_from_program, log_text, rank_lines
+from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, on_node
 
-RANKS = 4  # 2 nodes x 2 slots
-
-
-def submit_attack(api, program: str, **fields) -> TrainingJob:
-    """Submit one of tests/integration/programs as a 2-node job of the console fixture's engine."""
-    code_dir_from_program(program.removesuffix(".py"), program)
-    body = {"name": program.removesuffix(".py").replace("_", "-"), "engine": "local-mpi4py", "spec": "local-cpu",
-            "node_count": 2, "code_dir": program.removesuffix(".py"), "boot_file": program, **fields}
-    response = api.post("/api/v1/training-jobs", body, format="json")
-    assert response.status_code == 201, response.content
-    return TrainingJob.objects.get(pk=response.json()["id"])
-
-
-def reports(job: TrainingJob, prefix: str) -> list[dict]:
-    """The JSON lines the ranks printed after `prefix `, by rank."""
-    return sorted((json.loads(line.text.removeprefix(prefix + " ")) for line in rank_lines(job)
-                   if line.text.startswith(prefix + " ")), key=lambda report: report["rank"])
-
-
-def wait_for_reports(job: TrainingJob, prefix: str, count: int, timeout: float = 180) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = reports(job, prefix)
-        if len(found) >= count:
-            return found
-        job.refresh_from_db()
-        if job.ended_at is not None or time.monotonic() > deadline:
-            raise AssertionError(f"{len(found)} of {count} {prefix} lines; job {job.status} ({job.status_message}):\n"
-                                 f"{log_text(job)[-6000:]}")
-        time.sleep(0.5)
-
-
-def on_node(local_node, command: str) -> str:
-    return asyncio.run(_node_run(local_node, command))
+RANKS = CLUSTER_NODES * CLUSTER_SLOTS  # an attack program runs on every slot of the cluster
 
 
 def timed_on_node(local_node, command: str) -> tuple[str, float]:

@@ -5,24 +5,22 @@ victim's log holds nothing of it and the victim completes. Root on the attacker'
 policy holds) is refused by the victim's node too, and the console still reaches both nodes. A policy an
 ended job left on a node is removed by the node's health check."""
 
-import asyncio
 import ipaddress
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from jobs.launch.network_policy import node_policy, ruleset
 from jobs.models import JobStatus, LauncherDefaults, Node, TrainingJob
 from jobs.runtime.node_health import check_nodes
 from tests.conftest import CLUSTER_OPTIONS
-from tests.integration.helpers import _node_run, code_dir_from_program, log_text, rank_lines, wait_for
+from tests.fixtures import api_client, person
+from tests.integration.helpers import log_text, on_node, submit_program, wait_for, wait_for_reports
 
 # The console's host as the nodes see it: the local cluster's bridge.
 CONSOLE_HOST = str(ipaddress.ip_network(CLUSTER_OPTIONS["subnet"]).network_address + 1)
@@ -56,40 +54,12 @@ class Listener:
 
 
 def client_of(username: str) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(get_user_model().objects.create_user(username, password=f"{username}-password"))
-    return client
-
-
-def submit(client: APIClient, program: str, **fields) -> TrainingJob:
-    code_dir_from_program(program.removesuffix(".py"), program)
-    body = {"name": program.removesuffix(".py").replace("_", "-"), "engine": "local-mpi4py", "spec": "local-cpu",
-            "node_count": 1, "code_dir": program.removesuffix(".py"), "boot_file": program, **fields}
-    response = client.post("/api/v1/training-jobs", body, format="json")
-    assert response.status_code == 201, response.content
-    return TrainingJob.objects.get(pk=response.json()["id"])
-
-
-def report(job: TrainingJob, prefix: str, timeout: float = JOB_TIMEOUT) -> dict:
-    """The first `prefix {json}` line a rank of the job printed, waited for."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for line in rank_lines(job):
-            if line.text.startswith(prefix + " {"):
-                return json.loads(line.text.removeprefix(prefix + " "))
-        job.refresh_from_db()
-        if job.ended_at is not None or time.monotonic() > deadline:
-            raise AssertionError(f"no {prefix} line; job {job.status} ({job.status_message}):\n{log_text(job)[-6000:]}")
-        time.sleep(0.5)
+    return api_client(person(username))
 
 
 def node_of(job: TrainingJob, cluster):
     address = job.workers.get(index=0).address
     return next(node for node in cluster if node.address == address)
-
-
-def on_node(node, command: str) -> str:
-    return asyncio.run(_node_run(node, command))
 
 
 def listening_ports(node, program: str) -> list[int]:
@@ -127,9 +97,9 @@ def test_a_job_reaches_only_its_own_workers_and_what_the_admin_allows(console):
     defaults.job_allowed_destinations = f"{CONSOLE_HOST} {allowed_service.port}"
     defaults.full_clean()
     defaults.save()
-    victim = submit(client_of("victim"), "attack_victim.py")
+    victim = submit_program(client_of("victim"), "attack_victim.py", node_count=1)
     try:
-        service_port = report(victim, "VICTIM")["service_port"]
+        service_port = wait_for_reports(victim, "VICTIM", timeout=JOB_TIMEOUT)[0]["service_port"]
         victim = wait_for(victim, [JobStatus.RUNNING], timeout=JOB_TIMEOUT)
         victim_node = node_of(victim, console["cluster"])
         address, victim_port = victim_node.address, victim.sshd_port or 0
@@ -141,9 +111,9 @@ def test_a_job_reaches_only_its_own_workers_and_what_the_admin_allows(console):
                    "victim_service": f"{address}:{service_port}",
                    **{f"victim_mpirun_{port}": f"{address}:{port}" for port in mpirun_ports}}
 
-        attacker = submit(client_of("attacker"), "attack_scan.py", parameters=[
+        attacker = submit_program(client_of("attacker"), "attack_scan.py", node_count=1, parameters=[
             {"name": "targets", "value": ",".join(f"{name}@{where}" for name, where in targets.items())}])
-        found = report(attacker, "ATTACK")
+        found = wait_for_reports(attacker, "ATTACK", timeout=JOB_TIMEOUT)[0]
         attacker = wait_for(attacker, [JobStatus.COMPLETED], timeout=JOB_TIMEOUT)
         attacker_node = node_of(attacker, console["cluster"])
         assert attacker_node != victim_node

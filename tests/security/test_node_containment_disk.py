@@ -6,8 +6,8 @@ import re
 import pytest
 
 from jobs.models import JobStatus, Node, ResourceSpec
-from tests.integration.helpers import wait_for
-from tests.security.containment import job_containers, nodes_free_and_ready, submit_attack
+from tests.integration.helpers import submit_program, wait_for
+from tests.security.containment import job_containers, nodes_free_and_ready
 
 GIB = 1024**3
 # The writer's target: four times the limit, so that a watch that never stops it lets the job complete.
@@ -23,7 +23,7 @@ def test_a_worker_writing_past_its_disk_limit_is_stopped_with_a_disk_limit_card(
     small_disk = ResourceSpec.objects.create(name="local-disk-1g", cpu_cores=2, memory_gb=4, cpu_slots_per_node=2,
                                              disk_gb=1)
     Node.objects.update(spec=small_disk)
-    job = submit_attack(api, "attack_disk_fill.py", spec="local-disk-1g", parameters=[
+    job = submit_program(api, "attack_disk_fill.py", spec="local-disk-1g", parameters=[
         {"name": "path", "value": path}, {"name": "target_mb", "value": str(TARGET_MB)}])
 
     job = wait_for(job, [JobStatus.FAILED], timeout=240)

@@ -8,15 +8,8 @@ import pytest
 
 from jobs.models import JobStatus, Node, WorkerState
 from jobs.runtime.node_health import check_nodes
-from tests.integration.helpers import wait_for
-from tests.security.containment import (
-    job_containers,
-    nodes_free_and_ready,
-    on_node,
-    submit_attack,
-    timed_on_node,
-    wait_for_reports,
-)
+from tests.integration.helpers import on_node, submit_program, wait_for, wait_for_reports
+from tests.security.containment import job_containers, nodes_free_and_ready, timed_on_node
 
 # The bombs' own targets: well past any limit a 2-core spec gets, far below the host's pid_max (32,768).
 THREADS, FORKS = 6000, 3000
@@ -26,7 +19,7 @@ THREADS, FORKS = 6000, 3000
                     "each stops at its container's PIDs limit; the node forks, answers SSH and its health check; "
                     "the job stops cleanly")
 def test_a_thread_bomb_and_a_fork_bomb_stop_at_the_pids_limit_and_the_node_and_console_keep_working(api, console):
-    job = submit_attack(api, "attack_thread_bomb.py", parameters=[
+    job = submit_program(api, "attack_thread_bomb.py", parameters=[
         {"name": "threads", "value": str(THREADS)}, {"name": "forks", "value": str(FORKS)},
         {"name": "thread_rank", "value": "0"}, {"name": "fork_rank", "value": "2"}])
     bombs = {report["kind"]: report for report in wait_for_reports(job, "BOMB", 2)}

@@ -5,14 +5,14 @@ still work."""
 import pytest
 
 from jobs.models import JobStatus
-from tests.integration.helpers import wait_for
-from tests.security.containment import RANKS, reports, submit_attack
+from tests.integration.helpers import reports, submit_program, wait_for
+from tests.security.containment import RANKS
 
 
 @pytest.mark.attack("unshare -Urm (a user namespace, then a tmpfs mount) in every rank's container",
                     "it is refused (EPERM); threads, fork, a subprocess and the MPI job still work")
 def test_no_rank_can_make_a_user_namespace_and_the_mpi_job_still_completes(api, console):
-    job = submit_attack(api, "attack_userns.py")
+    job = submit_program(api, "attack_userns.py")
 
     job = wait_for(job, [JobStatus.COMPLETED], timeout=180)
     found = reports(job, "USERNS")
