@@ -27,6 +27,8 @@ MPIRUN_LINE_PREFIX = "[mpirun] "
 # How many sequence numbers one filtered read may look at; a sparse filter answers in steps of this.
 SCAN_WINDOW = 20000
 DOWNLOAD_CHUNK_LINES = 5000
+# The parameters one INSERT of log lines carries where the database sets no lower limit (PostgreSQL's is 65,535).
+INSERT_MAX_PARAMS = 7000
 ERROR_CANDIDATE_CHUNK = 500
 
 # What "jump to first error" looks for. The SQL below only narrows the candidates (LIKE is case-blind
@@ -185,26 +187,33 @@ def _column_of(field: object) -> str:
 
 
 def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
-    """One parameterised INSERT run for all rows.
+    """The rows in a few multi-row INSERTs, as many rows each as the database takes parameters for.
 
     bulk_create spends most of its time preparing each value through the field machinery (about ten
     times the database's own work for short lines); log lines are plain values, so they go straight in.
+    Not one INSERT a row (executemany): SQLite's driver lets go of the GIL for each statement it steps,
+    and taking it back waits for whatever else the process runs (the run's event loop reading the next
+    lines), so a batch stored row by row waited out hundreds of thread switches.
     """
     if not rows:
         return
     meta, quote = LogLine._meta, connection.ops.quote_name
     columns = ", ".join(quote(_column_of(meta.get_field(name))) for name in _INSERT_COLUMNS)
-    sql = (f"INSERT INTO {quote(meta.db_table)} ({columns}) "
-           f"VALUES ({', '.join(['%s'] * len(_INSERT_COLUMNS))})")
+    row_marks = f"({', '.join(['%s'] * len(_INSERT_COLUMNS))})"
+    per_statement = (connection.features.max_query_params or INSERT_MAX_PARAMS) // len(_INSERT_COLUMNS)
     # The lines of one read share their time: each distinct time is converted once, not once a line.
     adapted: dict[datetime, Any] = {}
     adapt_time = connection.ops.adapt_datetimefield_value
+    values: list[Any] = []
+    for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1):
+        values += (job_id, start + offset, worker_index, rank, stream, text,
+                   adapted[at] if at in adapted else adapted.setdefault(at, adapt_time(at)))
+    width = len(_INSERT_COLUMNS)
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [
-            (job_id, start + offset, worker_index, rank, stream, text,
-             adapted[at] if at in adapted else adapted.setdefault(at, adapt_time(at)))
-            for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1)
-        ])
+        for first in range(0, len(rows), per_statement):
+            count = min(per_statement, len(rows) - first)
+            cursor.execute(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * count)}",
+                           values[first * width:(first + count) * width])
 
 
 def append_log_lines(job_id: int, records: list[LogRecord]) -> int:
