@@ -31,6 +31,9 @@ TAG = re.compile(r"\[([0-9]+),([0-9]+)\]<(stdout|stderr|stddiag)>:")
 # What the end of a chunk may hold of a tag that the next chunk completes.
 TAG_START = re.compile(r"\[[0-9]*(?:,[0-9]*(?:\](?:<[a-z]*>?)?)?)?")
 LONGEST_TAG = 48
+# Tags whose meaning is kept at hand: more than a job's ranks have (a rank's three streams), fewer than
+# would let tags of ranks a job does not have fill memory.
+MAX_SOURCES = 4096
 CUT_MARK = " …[line cut]"
 
 
@@ -53,6 +56,7 @@ class MpirunOutput:
         self.current: tuple[int, str] | None = None
         self.pending: dict[tuple[int, str] | None, str] = {}
         self.carry = ""
+        self.sources: dict[str, tuple[int, str, int] | None] = {}
 
     def snapshot(self) -> "ReaderState":
         """What this reader holds between two chunks, so that another process can go on from here."""
@@ -96,13 +100,19 @@ class MpirunOutput:
 
     def _read(self, line: str, at: datetime, records: list[LogRecord], ends: bool) -> None:
         if ends and self.current is None and not self.pending:
-            # The usual case, one whole line of one rank: no piece of it is held, no other tag follows.
+            # The usual case, one whole line of one rank: no piece of it is held, no other tag follows (every
+            # tag holds "]<std"). What _append and _complete would do, without a pending entry a line.
             tag = TAG.match(line)
-            if tag is not None and TAG.search(line, tag.end()) is None:
-                self.current = self._key(tag)
-                self._append(line[tag.end():])
-                records.append(self._complete(self.current, at))
-                self.current = None
+            if tag is not None and line.find("]<std", tag.end()) < 0:
+                source = self._source(line, tag)
+                text = line[tag.end():]
+                if len(text) > self.max_chars:
+                    text = text[: self.max_chars] + CUT_MARK
+                text = text.rstrip("\r")
+                if source is None:
+                    records.append(LogRecord(text, self.default_stream, None, 0, at))
+                else:
+                    records.append(LogRecord(text, source[1], source[0], source[2], at))
                 return
         position = 0
         for tag in TAG.finditer(line):
@@ -113,6 +123,18 @@ class MpirunOutput:
         if ends:
             records.append(self._complete(self.current, at))
             self.current = None
+
+    def _source(self, line: str, tag: re.Match) -> tuple[int, str, int] | None:
+        """The rank, stream and worker a tag names (None: mpirun's own), looked up by the tag's text: a
+        job's tags are few (its ranks, two streams), and this is asked of every line."""
+        text = line[: tag.end()]
+        if text in self.sources:
+            return self.sources[text]
+        key = self._key(tag)
+        source = None if key is None else (key[0], key[1], worker_of_rank(self.rank_workers, key[0]))
+        if len(self.sources) < MAX_SOURCES:
+            self.sources[text] = source
+        return source
 
     def _key(self, tag: re.Match) -> tuple[int, str] | None:
         # A tag naming a rank the job does not have is a program's own text that looks like one: kept as

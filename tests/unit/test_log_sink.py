@@ -52,6 +52,19 @@ def test_each_ranks_lines_come_out_whole_however_mpiruns_output_is_cut_into_chun
     assert all(record.worker_index == record.rank // 2 for record in records)
 
 
+@given(lines=st.lists(st.tuples(st.sampled_from(["[1,0]<stdout>:", "[1,3]<stderr>:", "[1,7]<stdout>:", "[2,1]<stddiag>:",
+                                                  "", "[1,2]<stdout", "[1,00000001]<stdout>:"]),
+                                st.text(alphabet="ab]<std:\r[1,0>out é", max_size=30)), max_size=20),
+       max_chars=st.integers(1, 40))
+def test_whole_lines_come_out_the_same_by_the_usual_cases_short_way_as_by_the_long_one(lines, max_chars):
+    printed = "".join(tag + text + "\n" for tag, text in lines)
+    short_way = MpirunOutput(LogStream.STDOUT, rank_workers=(0, 0, 1, 1), max_chars=max_chars)
+    long_way = MpirunOutput(LogStream.STDOUT, rank_workers=(0, 0, 1, 1), max_chars=max_chars)
+    long_way.pending[(9, LogStream.STDOUT)] = ""  # a piece held of a rank no line names: no line takes the short way
+    assert [(r.rank, r.worker_index, r.stream, r.text) for r in short_way.feed(printed)] == [
+        (r.rank, r.worker_index, r.stream, r.text) for r in long_way.feed(printed)]
+
+
 def test_mpiruns_own_words_have_no_rank_and_are_worker_0s():
     records = read_all(["--------\nmpirun noticed that process rank 3 exited\n[1,3]<stdout>:bye\n"], stream="stderr")
     assert [(record.rank, record.worker_index, record.stream, record.text) for record in records] == [
