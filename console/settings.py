@@ -347,9 +347,10 @@ NODE_DISK_RESERVE_GB = env_int("NODE_DISK_RESERVE_GB", 5, minimum=0)
 RESOURCE_SAMPLE_SECONDS = float(env_int("RESOURCE_SAMPLE_SECONDS", 15, minimum=1))
 JOB_USER = env_str("JOB_USER", "ma-user")
 JOB_USER_PREFERRED_UID = env_int("JOB_USER_PREFERRED_UID", 1000, minimum=1)
-# Log lines are written in batches so a chatty job costs one transaction per batch, not per line.
+# Log lines are written in batches so a chatty job costs one transaction per batch, not per line (a batch
+# also goes at 4 MB of text, jobs.logs.sink.BATCH_MAX_CHARS, so long lines hold no more memory for it).
 LOG_FLUSH_INTERVAL_SECONDS = float(env_int("LOG_FLUSH_INTERVAL_MS", 250, minimum=10)) / 1000
-LOG_FLUSH_MAX_LINES = env_int("LOG_FLUSH_MAX_LINES", 500, minimum=1)
+LOG_FLUSH_MAX_LINES = env_int("LOG_FLUSH_MAX_LINES", 2000, minimum=1)
 LOG_LINE_MAX_BYTES = env_int("LOG_LINE_MAX_BYTES", 16384, minimum=256)
 # Uploaded code directories (jobs.code_dirs): the reference platform allows 5 GB and 1,000 files each.
 CODE_DIR_MAX_UPLOAD_BYTES = env_int("CODE_DIR_MAX_UPLOAD_BYTES", 5 * 1024**3, minimum=1)

@@ -15,6 +15,10 @@ from jobs.models import LogStream
 # Batches handed to the writer and not yet stored; a full queue makes the readers wait (backpressure),
 # which in turn stops reading the SSH channel, so mpirun and then the program wait too.
 PENDING_BATCHES = 2
+# A batch is handed over at LOG_FLUSH_MAX_LINES lines or at this much text, whichever comes first: what a
+# batch costs beside its rows (the job's row locked and updated, the commit, the news on Redis, the hop to
+# the writer's thread) is spread over many short lines, and long lines do not hold more memory for it.
+BATCH_MAX_CHARS = 4 << 20
 STORE_RETRY_SECONDS = (0.5, 1, 2, 5, 5, 10, 10, 30, 30, 60)
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,7 @@ class LogSink:
         self.batch_lines = batch_lines or settings.LOG_FLUSH_MAX_LINES
         self.interval = interval or settings.LOG_FLUSH_INTERVAL_SECONDS
         self.batch: list[LogRecord] = []
+        self.batch_chars = 0
         self.dropped = 0
         self.capped = False
         self.handing_over = asyncio.Lock()
@@ -84,9 +89,10 @@ class LogSink:
             self.dropped += len(records) - len(kept)
             records = kept
         self.batch.extend(records)
+        self.batch_chars += sum(len(record.text) for record in records)
         if mark is not None:
             self.mark = mark
-        if len(self.batch) >= self.batch_lines:
+        if len(self.batch) >= self.batch_lines or self.batch_chars >= BATCH_MAX_CHARS:
             await self._hand_over()
 
     async def flush(self) -> None:
@@ -99,7 +105,7 @@ class LogSink:
     async def _hand_over(self) -> None:
         # Taking the batch and queueing it under one lock keeps batches in the order their lines were read.
         async with self.handing_over:
-            batch, self.batch = self.batch, []
+            batch, self.batch, self.batch_chars = self.batch, [], 0
             dropped, self.dropped = self.dropped, 0
             mark, self.mark = self.mark, None
             if (batch or dropped or mark is not None) and self.failure is None:

@@ -133,6 +133,25 @@ def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("quiet_redis")
+def test_long_lines_are_handed_over_by_their_size_before_a_batch_has_its_lines(make_job, monkeypatch):
+    monkeypatch.setattr(sink_module, "BATCH_MAX_CHARS", 1000)
+    job = make_job()
+    batches: list[int] = []
+
+    async def run():
+        async with LogSink(job.pk, batch_lines=10_000, interval=10,
+                           on_stored=lambda lines: batches.append(len(lines))) as sink:
+            for number in range(100):
+                await sink.add(LogRecord(text=f"{number:03d}" + "x" * 97, rank=0, worker_index=0))
+
+    asyncio.run(run())
+    assert list(job.log_lines.order_by("seq").values_list("text", flat=True)) == [
+        f"{number:03d}" + "x" * 97 for number in range(100)]
+    assert batches == [10] * 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("quiet_redis")
 def test_once_the_cap_is_reached_the_sink_counts_dropped_lines_without_storing_them(make_job):
     job = make_job(log_cap_bytes=100)
 
