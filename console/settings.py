@@ -303,6 +303,11 @@ CELERY_BEAT_SCHEDULE = {
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
     # The outbox of end notifications: what a broker that was away kept from going out.
     "sweep-end-notices": {"task": "jobs.tasks.sweep_end_notices", "schedule": 30.0},
+    # Slurm pools: what Slurm did to the jobs it holds (a cancel, a time limit, a preemption), seen within
+    # this many seconds; the allocations of jobs that ended given back.
+    "watch-slurm-jobs": {"task": "jobs.tasks.watch_slurm_jobs",
+                         "schedule": float(env_int("SLURM_WATCH_SECONDS", 3, minimum=1)),
+                         "options": {"expires": float(env_int("SLURM_WATCH_SECONDS", 3, minimum=1))}},
     "reap-orphaned-jobs": {"task": "jobs.tasks.reap_orphaned_jobs",
                            "schedule": float(env_int("REAPER_INTERVAL_SECONDS", 15, minimum=1))},
     # Reach every enabled node, record what it has, and take unreachable ones out of scheduling.

@@ -1,5 +1,7 @@
 """The back office: specs, pools, nodes, engines, launcher defaults, and a read-only view of jobs."""
 
+import base64
+import binascii
 import json
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,7 @@ from jobs.models import (
     Worker,
 )
 from jobs.pages.display import stop_event_message
+from jobs.secret_box import seal_secret
 from jobs.submission import task_queue
 from jobs.submission.force_release import force_release_job, force_release_node
 from jobs.submission.jobs import request_stop
@@ -73,10 +76,87 @@ class ResourceSpecAdmin(admin.ModelAdmin):
         return spec.nodes_total
 
 
+class ResourcePoolAdminForm(forms.ModelForm):
+    slurm_url = forms.URLField(label=_("slurmrestd's address"), required=False, assume_scheme="http",
+                               help_text=ResourcePool._meta.get_field("slurm_url").help_text)
+    # Write-only, as a node's key: sealed when saved and never rendered back.
+    slurm_token = forms.CharField(
+        label=_("Slurm token"), required=False, strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text=_("A JWT for the Slurm user (`scontrol token username=U lifespan=S`): it expires. Stored sealed and "
+                    "never shown again; leave empty to keep the saved one."))
+    slurm_jwt_key = forms.CharField(
+        label=_("Slurm JWT key (base64)"), required=False, strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text=_("Instead of a token: the cluster's HS256 key (`base64 -w0 jwt_hs256.key`), from which the console "
+                    "makes a short-lived token for each look. Stored sealed and never shown again."))
+
+    class Meta:
+        model = ResourcePool
+        fields = ["name", "kind", "backend", "slurm_url", "slurm_partition", "slurm_user", "slurm_account",
+                  "slurm_token", "slurm_jwt_key", "slurm_root_ssh"]
+
+    def clean_slurm_jwt_key(self):
+        text = self.cleaned_data.get("slurm_jwt_key", "")
+        if text:
+            try:
+                key = base64.b64decode(text, validate=True)
+            except (ValueError, binascii.Error):
+                raise forms.ValidationError(_("This is not base64.")) from None
+            if len(key) < 16:
+                raise forms.ValidationError(_("An HS256 key this short is refused: Slurm's are 32 bytes or more."))
+        return text
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        if cleaned.get("backend") == ResourcePool.Backend.SLURM and not (
+                cleaned.get("slurm_token") or cleaned.get("slurm_jwt_key") or self.instance.sealed_slurm_token
+                or self.instance.sealed_slurm_jwt_key):
+            raise forms.ValidationError(_("A Slurm pool needs a token or the cluster's JWT key."))
+        return cleaned
+
+    def save(self, commit=True):
+        pool = super().save(commit=False)
+        if self.cleaned_data.get("slurm_token"):
+            pool.sealed_slurm_token, pool.sealed_slurm_jwt_key = seal_secret(self.cleaned_data["slurm_token"]), ""
+        if self.cleaned_data.get("slurm_jwt_key"):
+            pool.sealed_slurm_jwt_key, pool.sealed_slurm_token = seal_secret(self.cleaned_data["slurm_jwt_key"]), ""
+        if commit:
+            pool.save()
+        return pool
+
+
 @admin.register(ResourcePool)
 class ResourcePoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "node_count", "ready_count", "queue_length"]
-    list_filter = ["kind"]
+    form = ResourcePoolAdminForm
+    list_display = ["name", "kind", "backend", "node_count", "ready_count", "queue_length", "slurm_status"]
+    list_filter = ["kind", "backend"]
+    readonly_fields = ["slurm_status", "slurm_checked_at", "node_access"]
+    actions = ["check_slurm"]
+
+    def get_fieldsets(self, request, obj=None):
+        return [(None, {"fields": ["name", "kind", "backend"]}),
+                (_("Slurm"), {"fields": ["slurm_url", "slurm_partition", "slurm_user", "slurm_account", "slurm_token",
+                                         "slurm_jwt_key", "slurm_root_ssh", "node_access", "slurm_status",
+                                         "slurm_checked_at"],
+                              "description": _("Only for a pool whose backend is Slurm: Slurm allocates its nodes, "
+                                               "the console launches the jobs on them.")})]
+
+    @admin.display(description=_("how the console reaches the nodes"))
+    def node_access(self, pool):
+        if not pool.is_slurm:
+            return _("as root over SSH, on the nodes it owns")
+        if pool.slurm_root_ssh:
+            return _("as root over SSH, on the nodes Slurm allocates: an administrator's choice for this pool")
+        return _("not chosen yet")
+
+    @admin.action(description=_("Check the selected Slurm pools' connection now"), permissions=["change"])
+    def check_slurm(self, request, queryset):
+        pools = [pool for pool in queryset if pool.is_slurm]
+        for pool in pools:
+            task_queue.check_slurm_pool_soon(pool.pk)
+        self.message_user(request, _("%(count)s Slurm pool(s) will be checked within seconds; their status column "
+                                     "says what was found.") % {"count": len(pools)})
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(

@@ -34,7 +34,9 @@ def nodes_for(job: TrainingJob):
     nodes = Node.objects.filter(spec_id=job.spec_id)
     if job.pool_id:
         return nodes.filter(pool_id=job.pool_id)
-    return nodes.filter(Q(pool__isnull=True) | Q(pool__kind=ResourcePool.Kind.PUBLIC))
+    # A Slurm pool's nodes are Slurm's to give (jobs.backends.slurm), never public capacity.
+    return nodes.filter(Q(pool__isnull=True) | Q(pool__kind=ResourcePool.Kind.PUBLIC,
+                                                  pool__backend=ResourcePool.Backend.CONSOLE))
 
 
 def free_nodes(job: TrainingJob):
@@ -67,8 +69,15 @@ def allocate(job: TrainingJob) -> Outcome:
         )
         if len(candidates) < job.node_count:
             return Outcome.TOO_FEW_NODES
-        taken = Node.objects.filter(pk__in=candidates, allocated_to__isnull=True).update(allocated_to=job)
-        if taken != job.node_count:
+        return assign(job, candidates)
+
+
+def assign(job: TrainingJob, node_ids: list[int]) -> Outcome:
+    """Give the job these nodes (in the given order, worker-0 first) and move it to Creating, or change nothing.
+    The allocator calls it with the free nodes it chose; a Slurm pool with the nodes Slurm allocated."""
+    with transaction.atomic():
+        taken = Node.objects.filter(pk__in=node_ids, allocated_to__isnull=True).update(allocated_to=job)
+        if taken != len(node_ids):
             transaction.set_rollback(True)
             return Outcome.TOO_FEW_NODES
         try:
@@ -76,17 +85,17 @@ def allocate(job: TrainingJob) -> Outcome:
         except IllegalTransition:
             transaction.set_rollback(True)
             return Outcome.NOT_PENDING
-        nodes = Node.objects.filter(pk__in=candidates).order_by("name")
+        nodes = Node.objects.in_bulk(node_ids)
         Worker.objects.bulk_create(
             Worker(
                 job=job,
                 index=index,
-                node=node,
-                node_name=node.name,
-                address=node.address,
+                node=nodes[node_id],
+                node_name=nodes[node_id].name,
+                address=nodes[node_id].address,
                 hostname=worker_hostname(job.dns_name, index),
             )
-            for index, node in enumerate(nodes)
+            for index, node_id in enumerate(node_ids)
         )
     return Outcome.ALLOCATED
 
@@ -114,7 +123,8 @@ def dispatch_pending() -> list[int]:
     slots = free_run_slots()
     # Per (spec, pool) whose head could not be placed: the earliest the head can start (None: no bound).
     blocked: dict[tuple[int, int | None], datetime | None] = {}
-    for job in TrainingJob.objects.filter(status=JobStatus.PENDING).order_by("created_at", "id"):
+    queued = TrainingJob.objects.filter(status=JobStatus.PENDING).exclude(pool__backend=ResourcePool.Backend.SLURM)
+    for job in queued.order_by("created_at", "id"):
         if len(started) >= slots:
             break
         key = (job.spec_id, job.pool_id)
@@ -202,6 +212,11 @@ def waiting_reason(job: TrainingJob) -> str:
     """
     if job.status != JobStatus.PENDING:
         return ""
+    if job.pool is not None and job.pool.is_slurm:
+        # Slurm decides, and says why (jobs.backends.slurm keeps its reason in words).
+        if not job.slurm_job_id:
+            return job.slurm_reason or "being submitted to Slurm"
+        return f"Slurm job {job.slurm_job_id}: {job.slurm_reason or 'queued'}"
     counts = node_counts(job)
     others = [f"{count} {label}" for count, label in
               ((counts.busy, "busy"), (counts.not_ready, "not ready"), (counts.draining, "draining")) if count]

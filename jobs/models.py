@@ -83,11 +83,61 @@ class ResourcePool(models.Model):
         PUBLIC = "public", _("Public")
         DEDICATED = "dedicated", _("Dedicated")
 
+    class Backend(models.TextChoices):
+        CONSOLE = "console", _("The console's own nodes")
+        SLURM = "slurm", _("A Slurm partition")
+
     name = models.SlugField(max_length=64, unique=True)
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLIC)
+    # Who allocates the pool's nodes: the console's own allocator, or Slurm (jobs.backends).
+    backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.CONSOLE)
+    slurm_url = models.URLField(blank=True, help_text=_("slurmrestd's address, e.g. http://slurm.example.org:6820 "
+                                                         "(it must serve openapi/v0.0.38, Slurm 22.05)."))
+    slurm_partition = models.CharField(max_length=64, blank=True)
+    slurm_user = models.CharField(max_length=64, blank=True,
+                                  help_text=_("The Slurm user the console submits the pool's jobs as."))
+    slurm_account = models.CharField(max_length=64, blank=True,
+                                     help_text=_("The account the pool's jobs are charged to (blank: the user's default)."))
+    # One of the two, sealed as node keys are and never shown back: a token (`scontrol token`), which
+    # expires, or the cluster's HS256 key, from which the console makes short-lived tokens itself.
+    sealed_slurm_token = models.TextField(blank=True, editable=False)
+    sealed_slurm_jwt_key = models.TextField(blank=True, editable=False)
+    # The console reaches the nodes Slurm gives as root over SSH (they are registered in this pool with
+    # their keys): an administrator's explicit choice, said on the pool's page.
+    slurm_root_ssh = models.BooleanField(
+        default=False, help_text=_("Run the jobs' containers over the console's root SSH to the nodes Slurm "
+                                   "allocates (each registered as a node of this pool). Required for now."))
+    # What the last look at slurmrestd found ("Slurm 22.05.8", or why it could not be reached).
+    slurm_status = models.TextField(blank=True, editable=False)
+    slurm_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.backend == self.Backend.SLURM
+
+    def clean(self) -> None:
+        if not self.is_slurm:
+            return
+        missing = [label for label, value in ((_("slurmrestd's address"), self.slurm_url),
+                                              (_("the partition"), self.slurm_partition),
+                                              (_("the Slurm user"), self.slurm_user)) if not value]
+        if missing:
+            raise ValidationError(_("A Slurm pool needs %(missing)s.") % {"missing": ", ".join(str(m) for m in missing)})
+        if not self.slurm_root_ssh:
+            raise ValidationError({"slurm_root_ssh": _(
+                "A Slurm pool runs its jobs' containers over the console's root SSH to the nodes Slurm gives, "
+                "for now: tick this to accept it.")})
+
+    @property
+    def slurm_token(self) -> str:
+        return open_secret(self.sealed_slurm_token) if self.sealed_slurm_token else ""
+
+    @property
+    def slurm_jwt_key(self) -> str:
+        return open_secret(self.sealed_slurm_jwt_key) if self.sealed_slurm_jwt_key else ""
 
 
 class Node(models.Model):
@@ -352,8 +402,9 @@ FINAL_STATES = {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.TERMINATED, Job
 STOPPABLE_STATES = {JobStatus.CREATING, JobStatus.PENDING, JobStatus.RUNNING}
 # Which states each state may be entered from; anything else is refused.
 ALLOWED_FROM = {
-    # Back to the queue: auto restart of a failed attempt.
-    JobStatus.PENDING: {JobStatus.CREATING, JobStatus.RUNNING},
+    # Back to the queue: auto restart of a failed attempt; a Slurm job that Slurm requeued (preempted, or a
+    # node lost) while the console was ending its containers (requeue_after_slurm, only by Slurm's stop).
+    JobStatus.PENDING: {JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING},
     JobStatus.CREATING: {JobStatus.PENDING},
     JobStatus.RUNNING: {JobStatus.CREATING},
     JobStatus.COMPLETED: {JobStatus.RUNNING},
@@ -377,6 +428,11 @@ class StopReason(models.TextChoices):
     USER = "", _("Stopped by the user")
     AUTO_STOP = "auto_stop", _("Stopped by auto stop")
     WATCHDOG = "watchdog", _("Stopped by the watchdog")
+    SLURM = "slurm", _("Ended by Slurm")
+
+
+# The slurm_state the console keeps for a Slurm job that Slurm no longer knows (purged, or never seen).
+SLURM_VANISHED = "VANISHED"
 
 
 class TrainingJob(models.Model):
@@ -457,6 +513,13 @@ class TrainingJob(models.Model):
     restart_count = models.PositiveSmallIntegerField(default=0)
     # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
     attempt_log_starts = models.JSONField(default=list, blank=True, editable=False)
+    # A job of a Slurm pool: its Slurm job (one for all its attempts: Slurm requeues it), Slurm's state and
+    # why it waits in words, whether its allocation was given back, and what slurmdbd accounted.
+    slurm_job_id = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
+    slurm_state = models.CharField(max_length=32, blank=True, editable=False)
+    slurm_reason = models.CharField(max_length=256, blank=True, editable=False)
+    slurm_released = models.BooleanField(default=False, editable=False)
+    slurm_accounting = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -572,11 +635,22 @@ class TrainingJob(models.Model):
     def requeue_for_restart(self, reason: str, log_seq: int) -> None:
         """Auto restart: the failed attempt's nodes are freed by the caller; the job queues again as attempt N+1."""
         attempt = self.restart_count + 2
-        self.transition(JobStatus.PENDING, f"Restarting (attempt {attempt} of {self.max_restarts + 1}): {reason}",
+        self._requeue(f"Restarting (attempt {attempt} of {self.max_restarts + 1}): {reason}", log_seq)
+
+    def requeue_after_slurm(self, reason: str, log_seq: int) -> None:
+        """Slurm took the nodes back and queued its job again (a preemption, a node lost): the job waits for Slurm
+        to run it as its next attempt, which is not one of the attempts auto restart counts."""
+        if self.stop_reason != StopReason.SLURM:
+            raise IllegalTransition(f"job {self.pk}: only Slurm's own stop puts a job back in the queue")
+        self._requeue(f"Requeued by Slurm ({reason}): attempt {self.restart_count + 2} waits for Slurm", log_seq,
+                      max_restarts=self.max_restarts + 1, stop_reason=StopReason.USER)
+
+    def _requeue(self, message: str, log_seq: int, **fields: object) -> None:
+        self.transition(JobStatus.PENDING, message,
                         restart_count=self.restart_count + 1, attempt_log_starts=[*self.attempt_log_starts, log_seq],
                         heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
                         suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={},
-                        sealed_ssh_key="", host_public_key="", command="", hostfile="")
+                        sealed_ssh_key="", host_public_key="", command="", hostfile="", **fields)
         # How each rank of the failed attempt ended is in its card, kept in the restart's event.
         RankOutcome.objects.filter(job_id=self.pk).delete()
 

@@ -12,7 +12,8 @@ from celery.signals import worker_ready
 from django.core.cache import cache
 from django.db import transaction
 
-from jobs import allocation, notifications
+from jobs import backends, notifications
+from jobs.backends import slurm as slurm_backend
 from jobs.models import Node
 from jobs.runtime import node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
@@ -22,10 +23,29 @@ logger = logging.getLogger(__name__)
 
 @shared_task(ignore_result=True)
 def dispatch_pending_jobs() -> list[int]:
-    started = allocation.dispatch_pending()
+    """Give queued jobs their nodes, whichever backend allocates them (jobs.backends), and queue their runs."""
+    started = backends.dispatch()
     for job_id in started:
         transaction.on_commit(partial(run_job.delay, job_id))
     return started
+
+
+@shared_task(ignore_result=True)
+def watch_slurm_jobs() -> list[int]:
+    """Stop the jobs a backend ended on its side, and give back what ended jobs still hold; the runs of jobs
+    asked to stop end their containers themselves, and a stop task covers a job no live run follows."""
+    stopping = backends.watch()
+    for job_id in stopping:
+        stop_job.delay(job_id)
+    backends.release()
+    if stopping:
+        dispatch_pending_jobs.delay()
+    return stopping
+
+
+@shared_task(ignore_result=True)
+def check_slurm_pool(pool_id: int) -> str:
+    return slurm_backend.check_pool(pool_id)
 
 
 @shared_task(ignore_result=True)

@@ -11,7 +11,18 @@ from django.db import transaction
 from jobs.allocation import release_nodes
 from jobs.launch.plan import job_rank_workers
 from jobs.logs.store import service_line
-from jobs.models import FINAL_STATES, IllegalTransition, JobEvent, JobStatus, Node, RunOutcome, TrainingJob, Worker
+from jobs.models import (
+    FINAL_STATES,
+    SLURM_VANISHED,
+    IllegalTransition,
+    JobEvent,
+    JobStatus,
+    Node,
+    RunOutcome,
+    StopReason,
+    TrainingJob,
+    Worker,
+)
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
 
@@ -67,7 +78,7 @@ def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bo
     if status in FINAL_STATES or status == JobStatus.PENDING:
         return True
     if status == JobStatus.TERMINATING:
-        return move(job_id, TrainingJob.mark_terminated)
+        return end_stop(job_id)
     if not (outcome == RunOutcome.EXIT and exit_code == 0) and restart(job_id):
         return True
     if outcome == RunOutcome.EXIT and exit_code is not None:
@@ -75,6 +86,32 @@ def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bo
     if outcome == RunOutcome.FAILED:
         return move(job_id, lambda job: job.fail(message))
     return move(job_id, lambda job: job.mark_abnormal(message))
+
+
+# What Slurm did when it stopped a running job (jobs.backends.slurm) that puts the job back in the queue:
+# Slurm requeues the same Slurm job (`--requeue`), and the console's job waits for it as its next attempt.
+SLURM_REQUEUES = frozenset({"PREEMPTED", "NODE_FAIL"})
+
+
+def end_stop(job_id: int) -> bool:
+    """The end of a stop, once the containers are gone: Terminated, but for what Slurm stopped the job for."""
+    job = TrainingJob.objects.get(pk=job_id)
+    if job.stop_reason == StopReason.SLURM and job.slurm_state in SLURM_REQUEUES:
+        return requeue_after_slurm(job)
+    if job.stop_reason == StopReason.SLURM and job.slurm_state == SLURM_VANISHED:
+        return move(job_id, lambda job: job.mark_abnormal(job.status_message))
+    return move(job_id, TrainingJob.mark_terminated)
+
+
+def requeue_after_slurm(job: TrainingJob) -> bool:
+    with transaction.atomic():
+        Worker.objects.filter(job_id=job.pk).delete()
+        try:
+            job.requeue_after_slurm(job.status_message, job.log_line_count)
+        except IllegalTransition:
+            return False
+    service_line(job.pk, f"Slurm queued its job {job.slurm_job_id} again; attempt {job.attempt} waits for it")
+    return True
 
 
 # The failure card's kinds (jobs.results.failure_card) that say the platform failed the job, not its

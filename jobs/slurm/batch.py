@@ -24,8 +24,26 @@ class PoolValues:
     exclusive: bool = False
 
 
+# The batch script of a pool whose containers the console runs over its own SSH: it holds the nodes until the
+# console is done with them and says how the job ended, so that Slurm's accounting agrees with the console:
+# SIGUSR1 completed, SIGUSR2 failed (a cancel for a stopped job).
+HOLDER_SCRIPT = """#!/bin/bash
+# Holds the allocation while the training console runs this job's containers on its nodes.
+trap 'exit 0' USR1
+trap 'exit 1' USR2
+sleep infinity &
+wait
+"""
+COMPLETED_SIGNAL = "SIGUSR1"
+FAILED_SIGNAL = "SIGUSR2"
+
+
+# A console job's Slurm job is named for it, so that a submission whose answer was lost is found again.
+JOB_NAME_PREFIX = "tc-"
+
+
 def job_name(job_id: int) -> str:
-    return f"tc-{job_id}"
+    return f"{JOB_NAME_PREFIX}{job_id}"
 
 
 def batch_request(job: JobValues, pool: PoolValues, script: str, *, account: str = "", qos: str = "",

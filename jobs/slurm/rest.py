@@ -78,6 +78,7 @@ class JobRecord(TypedDict):
     job_id: int
     job_state: str
     state_reason: str
+    name: NotRequired[str]
     state_description: NotRequired[str]
     exit_code: NotRequired[int]
     nodes: NotRequired[str]
@@ -92,6 +93,7 @@ class JobRecord(TypedDict):
     tres_alloc_str: NotRequired[str]
     batch_host: NotRequired[str]
     user_name: NotRequired[str]
+    job_resources: NotRequired[dict[str, Any]]
 
 
 class NodeRecord(TypedDict):
@@ -196,6 +198,10 @@ class SlurmRest:
         jobs = answer.get("jobs") or []
         return cast(JobRecord, jobs[0]) if jobs else None
 
+    def jobs(self) -> list[JobRecord]:
+        """Every job slurmctld holds (its user's and others', as Slurm lets that user see them)."""
+        return cast(list[JobRecord], self._request("GET", f"/slurm/{VERSION}/jobs").get("jobs") or [])
+
     def cancel(self, job_id: int) -> None:
         try:
             self._request("DELETE", f"/slurm/{VERSION}/job/{job_id}")
@@ -203,6 +209,12 @@ class SlurmRest:
             # Already over: what a cancel wanted.
             if not re.search(r"already completed|Job/step already completing or completed|Invalid job id", str(error)):
                 raise
+
+    def signal(self, job_id: int, signal: str) -> None:
+        """Send a signal to every process of the job (its batch script traps the ones the console uses)."""
+        if not re.fullmatch(r"SIG[A-Z0-9]+", signal):
+            raise ValueError(f"not a signal name: {signal!r}")
+        self._request("DELETE", f"/slurm/{VERSION}/job/{job_id}?signal={signal}")
 
     def nodes(self) -> list[NodeRecord]:
         return cast(list[NodeRecord], self._request("GET", f"/slurm/{VERSION}/nodes").get("nodes") or [])

@@ -8,7 +8,9 @@ module only translates, from plain values, so the run, the pages and the tests r
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.utils.translation import gettext as _
 
@@ -109,3 +111,9 @@ def exit_status(raw: int | None) -> ExitStatus:
         return ExitStatus(None, None)
     signal = raw & 0x7F
     return ExitStatus(None, signal) if signal else ExitStatus((raw >> 8) & 0xFF, None)
+
+
+def allocated_nodes(record: Mapping[str, Any]) -> list[str]:
+    """The names of the nodes Slurm gave a running job, in Slurm's order (its job_resources)."""
+    resources = record.get("job_resources") or {}
+    return [str(node["nodename"]) for node in resources.get("allocated_nodes") or [] if node.get("nodename")]

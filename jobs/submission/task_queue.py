@@ -33,3 +33,8 @@ def queue_stop(job_id: int) -> bool:
 def check_nodes_soon(node_ids: list[int] | None = None) -> bool:
     """A health check of these nodes (every enabled one with None) by a worker, within seconds."""
     return _queue("jobs.tasks.check_nodes", node_ids)
+
+
+def check_slurm_pool_soon(pool_id: int) -> bool:
+    """Ask a Slurm pool's slurmrestd what it is (its version, its reach) within seconds."""
+    return _queue("jobs.tasks.check_slurm_pool", pool_id)

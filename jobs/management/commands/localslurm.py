@@ -25,8 +25,9 @@ def bring_up(nodes: int, cpus: int, memory_gb: int) -> localslurm.LocalSlurm:
     made = localcluster.up(cluster_dir(), nodes, subnet=settings.LOCALSLURM_SUBNET, bridge=BRIDGE, prefix=PREFIX)
     namespaces = {entry.name: entry.namespace for entry in localcluster.status(cluster_dir())}
     gateway = str(ipaddress.ip_network(settings.LOCALSLURM_SUBNET).network_address + 1)
-    slurm_nodes = [localslurm.SlurmNode(node.name, node.address, namespaces[node.name], cpus, memory_gb * 1024)
-                   for node in made]
+    # Named apart from the local cluster's nodes (node-0, ...): a node's name is unique in the console.
+    slurm_nodes = [localslurm.SlurmNode(f"slurm-{index}", node.address, namespaces[node.name], cpus, memory_gb * 1024)
+                   for index, node in enumerate(made)]
     return localslurm.up(slurm_dir(), slurm_nodes, controller_address=gateway, base_port=settings.LOCALSLURM_BASE_PORT,
                          users=[settings.LOCALSLURM_USER])
 

@@ -1,0 +1,346 @@
+"""A Slurm pool: Slurm allocates, the console launches.
+
+A queued job of a Slurm pool becomes a Slurm batch job (jobs.slurm.batch) that holds its nodes. Once Slurm
+runs it, the nodes it gave become the job's workers (in Slurm's order) and the run goes on as on the
+console's own pools. While the job runs, Slurm's view is looked at every few seconds (the beat's
+`watch_slurm_jobs`): a cancel, a time limit, a preemption, a lost node or a job Slurm no longer knows stops the
+console's job, saying which, and jobs.runtime.ending decides its end from what Slurm did. When the console's
+job has ended, its Slurm job is told how (completed, failed, or cancelled for a stop), and slurmdbd's
+accounting is kept with it. Slurm jobs named for the console's jobs that nothing holds any more are
+cancelled, so no node stays allocated.
+
+Slurm unreachable or a token refused: the pool says so (its slurm_status), queued jobs keep waiting with the
+reason said, running ones go on, and everything resumes at the next look once Slurm answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+import time
+from datetime import timedelta
+from typing import Any
+
+import jwt
+from django.utils import timezone
+
+from jobs import allocation
+from jobs.logs.store import service_line
+from jobs.models import (
+    FINAL_STATES,
+    SLURM_VANISHED,
+    IllegalTransition,
+    JobEvent,
+    JobStatus,
+    Node,
+    ResourcePool,
+    StopReason,
+    TrainingJob,
+)
+from jobs.slurm.batch import (
+    COMPLETED_SIGNAL,
+    FAILED_SIGNAL,
+    HOLDER_SCRIPT,
+    JOB_NAME_PREFIX,
+    PoolValues,
+    batch_request,
+)
+from jobs.slurm.rest import Credentials, JobRecord, SlurmError, SlurmRest
+from jobs.slurm.states import Phase, allocated_nodes, phase_of, reason_words
+
+logger = logging.getLogger(__name__)
+
+# Tokens the console makes from a pool's key live this long: a leaked one is soon worthless.
+TOKEN_LIFESPAN_S = 600
+# How long after a job's end slurmdbd's record of it is still looked for.
+ACCOUNTING_WINDOW = timedelta(minutes=10)
+CONSOLE_JOB_NAME = re.compile(re.escape(JOB_NAME_PREFIX) + r"(\d+)")
+
+
+def credentials_for(pool: ResourcePool) -> Credentials:
+    key = pool.slurm_jwt_key
+    if key:
+        try:
+            secret = base64.b64decode(key, validate=True)
+        except (ValueError, binascii.Error) as error:
+            raise SlurmError(f"pool {pool.name}: its JWT key is not base64 ({error})") from error
+        now = int(time.time())
+        token = jwt.encode({"sun": pool.slurm_user, "iat": now, "exp": now + TOKEN_LIFESPAN_S}, secret,
+                           algorithm="HS256")
+        return Credentials(pool.slurm_user, token)
+    return Credentials(pool.slurm_user, pool.slurm_token)
+
+
+def client_for(pool: ResourcePool) -> SlurmRest:
+    return SlurmRest(pool.slurm_url, credentials_for(pool))
+
+
+def note_pool(pool: ResourcePool, status: str) -> None:
+    ResourcePool.objects.filter(pk=pool.pk).update(slurm_status=status, slurm_checked_at=timezone.now())
+
+
+def check_pool(pool_id: int) -> str:
+    """Ask the pool's slurmrestd what it is; what it said (or why it could not) is kept on the pool."""
+    pool = ResourcePool.objects.get(pk=pool_id)
+    try:
+        status = f"reachable: Slurm {client_for(pool).check_version()}, REST API v0.0.38"
+    except SlurmError as error:
+        status = str(error)
+    note_pool(pool, status)
+    return status
+
+
+def _say_slurm(job: TrainingJob, state: str, reason: str) -> None:
+    if (job.slurm_state, job.slurm_reason) != (state, reason[:256]):
+        TrainingJob.objects.filter(pk=job.pk).update(slurm_state=state, slurm_reason=reason[:256])
+        job.slurm_state, job.slurm_reason = state, reason[:256]
+
+
+class SlurmPools:
+    """The Backend of Slurm pools (see jobs.backends)."""
+
+    def dispatch(self) -> list[int]:
+        started: list[int] = []
+        queued = TrainingJob.objects.filter(status=JobStatus.PENDING, pool__backend=ResourcePool.Backend.SLURM)
+        for pool, jobs in _by_pool(queued.select_related("pool", "spec", "engine_version", "code_dir")):
+            try:
+                rest = client_for(pool)
+                unsubmitted = [job for job in jobs if job.slurm_job_id is None]
+                live = live_console_jobs(rest, pool) if unsubmitted else {}
+                for job in jobs:
+                    if job.slurm_job_id is None:
+                        submit(rest, job, live.get(job.pk))
+                    elif look_at_queued(rest, job):
+                        started.append(job.pk)
+            except SlurmError as error:
+                note_pool(pool, str(error))
+                for job in jobs:
+                    _say_slurm(job, job.slurm_state, f"Slurm cannot be reached ({error}); the job stays queued")
+        return started
+
+    def watch(self) -> list[int]:
+        stopping: list[int] = []
+        held = TrainingJob.objects.filter(status__in=(JobStatus.CREATING, JobStatus.RUNNING),
+                                          pool__backend=ResourcePool.Backend.SLURM, slurm_job_id__isnull=False)
+        for pool, jobs in _by_pool(held.select_related("pool")):
+            try:
+                rest = client_for(pool)
+                for job in jobs:
+                    if look_at_running(rest, job):
+                        stopping.append(job.pk)
+            except SlurmError as error:
+                # Running jobs go on: Slurm being away says nothing about their nodes.
+                note_pool(pool, str(error))
+        return stopping
+
+    def release(self) -> None:
+        ended = TrainingJob.objects.filter(status__in=FINAL_STATES, pool__backend=ResourcePool.Backend.SLURM,
+                                           slurm_job_id__isnull=False)
+        unreleased = ended.filter(slurm_released=False)
+        unaccounted = ended.filter(slurm_released=True, slurm_accounting={},
+                                   ended_at__gte=timezone.now() - ACCOUNTING_WINDOW)
+        pending = dict(_by_pool((unreleased | unaccounted).select_related("pool")))
+        for pool in ResourcePool.objects.filter(backend=ResourcePool.Backend.SLURM):
+            try:
+                rest = client_for(pool)
+                for job in pending.get(pool, []):
+                    if not job.slurm_released:
+                        give_back(rest, job)
+                    keep_accounting(rest, job)
+                cancel_strays(rest, pool)
+            except SlurmError as error:
+                note_pool(pool, str(error))
+
+
+SLURM = SlurmPools()
+
+
+def _by_pool(jobs: Any) -> list[tuple[ResourcePool, list[TrainingJob]]]:
+    grouped: dict[int, tuple[ResourcePool, list[TrainingJob]]] = {}
+    for job in jobs.order_by("created_at", "id"):
+        grouped.setdefault(job.pool_id, (job.pool, []))[1].append(job)
+    return list(grouped.values())
+
+
+def live_console_jobs(rest: SlurmRest, pool: ResourcePool) -> dict[int, int]:
+    """The pool's Slurm jobs that wait or run under a console job's name: {console job id: Slurm job id}."""
+    live: dict[int, int] = {}
+    for record in rest.jobs():
+        named = CONSOLE_JOB_NAME.fullmatch(str(record.get("name") or ""))
+        if named and record.get("partition") == pool.slurm_partition and \
+                phase_of(record["job_state"]) in (Phase.WAITING, Phase.RUNNING):
+            live[int(named.group(1))] = record["job_id"]
+    return live
+
+
+def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
+    """Submit the job's batch job, once: `already`, a Slurm job named for it (a submission whose answer was
+    lost), is taken as its own."""
+    pool = job.pool
+    assert pool is not None
+    slurm_id = already
+    if slurm_id is None:
+        limit = job.auto_stop_hours * 60 if job.auto_stop_hours else None
+        slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition), HOLDER_SCRIPT,
+                                             account=pool.slurm_account, time_limit_minutes=limit))
+    claimed = TrainingJob.objects.filter(pk=job.pk, status=JobStatus.PENDING, slurm_job_id__isnull=True).update(
+        slurm_job_id=slurm_id, slurm_state="PENDING", slurm_reason=reason_words(None))
+    if not claimed:  # stopped meanwhile: the allocation must not wait for nobody
+        rest.cancel(slurm_id)
+        return
+    job.slurm_job_id = slurm_id
+    account = f", account {pool.slurm_account}" if pool.slurm_account else ""
+    JobEvent.objects.create(job_id=job.pk, kind="slurm",
+                            message=f"Submitted to Slurm as job {slurm_id} (partition {pool.slurm_partition}{account})")
+    service_line(job.pk, f"Submitted to Slurm as job {slurm_id}; Slurm decides when it runs")
+
+
+def look_at_queued(rest: SlurmRest, job: TrainingJob) -> bool:
+    """A queued job's Slurm job: still waiting (say why), running (its nodes become the job's workers: True),
+    or ended before it ran."""
+    assert job.slurm_job_id is not None
+    record = rest.job(job.slurm_job_id)
+    if record is None:
+        _end_queued(job, JobStatus.ABNORMAL, f"Slurm no longer knows its job {job.slurm_job_id}")
+        return False
+    phase = phase_of(record["job_state"])
+    if phase is Phase.WAITING:
+        _say_slurm(job, record["job_state"], reason_words(record.get("state_reason"), record.get("state_description")))
+        return False
+    if phase is Phase.RUNNING:
+        return _take_nodes(rest, job, record)
+    words = {Phase.CANCELLED: f"Slurm cancelled its job {job.slurm_job_id} before it ran",
+             Phase.TIME_LIMIT: f"Slurm's time limit ended its job {job.slurm_job_id} before it ran"}.get(
+        phase, f"its Slurm job {job.slurm_job_id} ended {record['job_state']} before it ran")
+    _say_slurm(job, record["job_state"], words)
+    _end_queued(job, JobStatus.TERMINATED if phase is Phase.CANCELLED else JobStatus.FAILED, words)
+    return False
+
+
+def _end_queued(job: TrainingJob, status: str, message: str) -> None:
+    try:
+        job.transition(status, message, **({"stop_reason": StopReason.SLURM} if status == JobStatus.TERMINATED else {}))
+    except IllegalTransition:
+        return
+    service_line(job.pk, message)
+
+
+def _take_nodes(rest: SlurmRest, job: TrainingJob, record: JobRecord) -> bool:
+    names = allocated_nodes(record)
+    nodes = dict(Node.objects.filter(pool_id=job.pool_id, name__in=names).values_list("name", "pk"))
+    missing = [name for name in names if name not in nodes]
+    if missing or not names:
+        message = (f"Slurm gave node(s) {', '.join(missing)}, which are not registered in pool {job.pool}: an "
+                   "administrator adds them (with the console's SSH key) or takes them out of the partition"
+                   if missing else f"Slurm ran job {job.slurm_job_id} on no node the console can read")
+        assert job.slurm_job_id is not None
+        rest.cancel(job.slurm_job_id)
+        _end_queued(job, JobStatus.FAILED, message)
+        return False
+    _say_slurm(job, record["job_state"], f"running on {', '.join(names)}")
+    outcome = allocation.assign(job, [nodes[name] for name in names])
+    if outcome is not allocation.Outcome.ALLOCATED:
+        # A node still held by the console's last run on it: taken at the next look, once it is released.
+        return False
+    service_line(job.pk, f"Slurm runs job {job.slurm_job_id} on {', '.join(names)}: preparing the containers")
+    return True
+
+
+def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
+    """A running job's Slurm job: True when Slurm ended it, and the console's job is now stopping."""
+    assert job.slurm_job_id is not None
+    record = rest.job(job.slurm_job_id)
+    reason: str
+    if record is None:
+        state, reason, message = SLURM_VANISHED, StopReason.SLURM, f"Slurm no longer knows its job {job.slurm_job_id}"
+    else:
+        phase = phase_of(record["job_state"])
+        if phase is Phase.RUNNING:
+            return False
+        state = record["job_state"]
+        reason, message = _stop_words(phase, job.slurm_job_id)
+        if phase is Phase.WAITING:  # requeued before the console saw it end: a preemption or a lost node
+            state = "PREEMPTED"
+    _say_slurm(job, state, message)
+    try:
+        job.begin_console_stop(reason, message)
+    except IllegalTransition:
+        return False
+    service_line(job.pk, f"{message}: ending the containers on every node")
+    return True
+
+
+def _stop_words(phase: Phase, slurm_id: int) -> tuple[str, str]:
+    if phase is Phase.TIME_LIMIT:
+        return StopReason.AUTO_STOP, f"Stopped by auto stop: Slurm's time limit for job {slurm_id} ran out"
+    if phase is Phase.PREEMPTED or phase is Phase.WAITING:
+        return StopReason.SLURM, f"Slurm preempted job {slurm_id} for a higher-priority job"
+    if phase is Phase.NODE_LOST:
+        return StopReason.SLURM, f"Slurm lost a node of job {slurm_id} (NODE_FAIL)"
+    if phase is Phase.CANCELLED:
+        return StopReason.SLURM, f"Slurm cancelled job {slurm_id} (scancel, from outside the console)"
+    return StopReason.SLURM, f"Slurm ended job {slurm_id} ({phase.value})"
+
+
+def give_back(rest: SlurmRest, job: TrainingJob) -> None:
+    """End the Slurm job of a job that ended, the way the console's job ended."""
+    assert job.slurm_job_id is not None
+    record = rest.job(job.slurm_job_id)
+    if record is not None and phase_of(record["job_state"]) in (Phase.WAITING, Phase.RUNNING):
+        if job.status == JobStatus.COMPLETED:
+            rest.signal(job.slurm_job_id, COMPLETED_SIGNAL)
+        elif job.status == JobStatus.TERMINATED:
+            rest.cancel(job.slurm_job_id)
+        else:
+            rest.signal(job.slurm_job_id, FAILED_SIGNAL)
+    TrainingJob.objects.filter(pk=job.pk).update(slurm_released=True)
+    job.slurm_released = True
+
+
+def keep_accounting(rest: SlurmRest, job: TrainingJob) -> None:
+    assert job.slurm_job_id is not None
+    record = rest.accounting(job.slurm_job_id)
+    state = ((record or {}).get("state") or {}).get("current", "")
+    if record is None or state in ("", "PENDING", "RUNNING", "REQUEUED"):
+        return  # slurmdbd has not heard of its end yet: the next pass looks again
+    TrainingJob.objects.filter(pk=job.pk).update(slurm_accounting=accounting_summary(record))
+
+
+def accounting_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """What the job page shows of slurmdbd's record: account, QOS, elapsed, CPU and GPU hours."""
+    times = record.get("time") or {}
+    elapsed = int(times.get("elapsed") or 0)
+    allocated = {tres.get("type") + (f"/{tres['name']}" if tres.get("name") else ""): int(tres.get("count") or 0)
+                 for tres in (record.get("tres") or {}).get("allocated") or [] if tres.get("type")}
+    used = times.get("total") or {}
+    return {
+        "account": record.get("account") or "",
+        "qos": record.get("qos") or "",
+        "state": (record.get("state") or {}).get("current", ""),
+        "elapsed_seconds": elapsed,
+        "nodes": allocated.get("node", 0),
+        "cpus": allocated.get("cpu", 0),
+        "gpus": allocated.get("gres/gpu", 0),
+        "cpu_hours": round(allocated.get("cpu", 0) * elapsed / 3600, 3),
+        "gpu_hours": round(allocated.get("gres/gpu", 0) * elapsed / 3600, 3),
+        "cpu_time_used_seconds": int(used.get("seconds") or 0),
+    }
+
+
+def cancel_strays(rest: SlurmRest, pool: ResourcePool) -> None:
+    """Cancel the pool's Slurm jobs named for a console job that no longer holds them (ended, deleted, or holding
+    another): what a crash between a submission and its record could leave holding nodes."""
+    live = live_console_jobs(rest, pool)
+    if not live:
+        return
+    held = set(TrainingJob.objects.filter(pk__in=live, pool=pool).exclude(status__in=FINAL_STATES)
+               .values_list("pk", "slurm_job_id"))
+    # A job being submitted right now has no Slurm id yet: the next dispatch takes this one as its own.
+    unsubmitted = set(TrainingJob.objects.filter(pk__in=live, pool=pool, status=JobStatus.PENDING,
+                                                 slurm_job_id__isnull=True).values_list("pk", flat=True))
+    for job_id, slurm_id in live.items():
+        if (job_id, slurm_id) not in held and job_id not in unsubmitted:
+            logger.warning("cancelling Slurm job %s: console job %s no longer holds it", slurm_id, job_id)
+            rest.cancel(slurm_id)

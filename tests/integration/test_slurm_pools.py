@@ -1,0 +1,188 @@
+"""Jobs of a Slurm pool, end to end: a real Slurm allocates (jobs.localslurm on nodes of its own), the console
+launches on the nodes it gave, Celery beat's watch sees what Slurm does, and Slurm's accounting agrees with
+the console's ending."""
+
+import base64
+import ipaddress
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from console import services
+from jobs import localcluster, localslurm
+from jobs.allocation import waiting_reason
+from jobs.backends.slurm import check_pool
+from jobs.models import JobStatus, Node, ResourcePool, StopReason, TrainingJob
+from jobs.secret_box import seal_secret
+from jobs.slurm.rest import Credentials, SlurmRest
+from jobs.slurm.states import Phase, phase_of
+from tests.conftest import RUN_ID, TEST_OUTPUT, web_server_env
+from tests.integration.helpers import processes_of_job_on_node, submit_program, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(f"/var/lib/training-console/test-slurmpool-{RUN_ID}")
+CLUSTER = {"subnet": f"10.83.{RUN_ID}.0/24", "bridge": f"tcsp{RUN_ID}br", "prefix": f"tcsp{RUN_ID}n"}
+USER = "ma-user"
+WAIT_S = 120.0
+
+
+def slurm_nodes(made, namespaces) -> list[localslurm.SlurmNode]:
+    # Named apart from the console's own local cluster (node-0, node-1): node names are unique in the console.
+    return [localslurm.SlurmNode(f"slurm-{index}", node.address, namespaces[node.name], 4, 4096)
+            for index, node in enumerate(made)]
+
+
+@pytest.fixture(scope="module")
+def slurm_site(redis_url, celery_worker, tmp_path_factory):
+    """A Slurm on two nodes of its own, and Celery beat (the watch runs every second), for the module."""
+    localslurm.down(ROOT / "slurm")
+    localcluster.down(ROOT / "cluster", bridge=CLUSTER["bridge"], prefix=CLUSTER["prefix"])
+    made = localcluster.up(ROOT / "cluster", 2, **CLUSTER)
+    namespaces = {entry.name: entry.namespace for entry in localcluster.status(ROOT / "cluster")}
+    gateway = str(ipaddress.ip_network(CLUSTER["subnet"]).network_address + 1)
+    slurm = localslurm.up(ROOT / "slurm", slurm_nodes(made, namespaces),
+                          controller_address=gateway, cluster=f"pool{RUN_ID}", base_port=18000 + 10 * RUN_ID,
+                          users=[USER])
+    beat_dir = tmp_path_factory.mktemp("beat")
+    beat = services.start_celery_beat({**web_server_env(redis_url), "SLURM_WATCH_SECONDS": "1"},
+                                      beat_dir / "beat.log")
+    try:
+        yield {"slurm": slurm, "nodes": made, "namespaces": namespaces}
+    finally:
+        services.stop(beat)
+        localslurm.down(ROOT / "slurm")
+        localcluster.down(ROOT / "cluster", bridge=CLUSTER["bridge"], prefix=CLUSTER["prefix"])
+        (TEST_OUTPUT / f"slurm-beat-{RUN_ID}.log").write_bytes((beat_dir / "beat.log").read_bytes())
+
+
+@pytest.fixture
+def slurm_pool(console, slurm_site):
+    slurm = slurm_site["slurm"]
+    pool = ResourcePool(name="slurm", kind=ResourcePool.Kind.DEDICATED, backend=ResourcePool.Backend.SLURM,
+                        slurm_url=slurm.rest_url, slurm_partition=slurm.partition, slurm_user=USER,
+                        slurm_account="console", slurm_root_ssh=True,
+                        # As an administrator gives it: the cluster's key, from which the console makes tokens.
+                        sealed_slurm_jwt_key=seal_secret(base64.b64encode(localslurm.jwt_key(slurm.state_dir)).decode()))
+    pool.full_clean()
+    pool.save()
+    for index, local in enumerate(slurm_site["nodes"]):
+        node = Node(name=f"slurm-{index}", address=local.address, ssh_port=local.ssh_port, ssh_user=local.ssh_user,
+                    host_key=local.host_public_key, spec=console["spec"], pool=pool)
+        node.private_key = local.private_key_path.read_text()
+        node.save()
+    return pool
+
+
+def rest_of(slurm_site) -> SlurmRest:
+    slurm = slurm_site["slurm"]
+    return SlurmRest(slurm.rest_url, Credentials(USER, localslurm.token(slurm.state_dir, USER, 600)))
+
+
+def slurm_state(slurm_site, slurm_job_id: int) -> str:
+    record = rest_of(slurm_site).job(slurm_job_id)
+    return record["job_state"] if record else "VANISHED"
+
+
+def wait_until(what: str, check, timeout: float = WAIT_S):
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+    return found
+
+
+def no_container_left(slurm_site, job: TrainingJob) -> None:
+    for local in slurm_site["nodes"]:
+        assert processes_of_job_on_node(local, job) == [], f"{local.name} still runs something of {job.name}"
+
+
+def test_a_slurm_pools_check_says_which_slurm_answers(slurm_pool):
+    assert check_pool(slurm_pool.pk) == "reachable: Slurm 22.05.8, REST API v0.0.38"
+    slurm_pool.refresh_from_db()
+    assert slurm_pool.slurm_status.startswith("reachable") and slurm_pool.slurm_checked_at is not None
+
+
+def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_it_completed(api, slurm_pool, slurm_site):
+    job = submit_program(api, "numbered.py", pool="slurm", parameters=[{"name": "count", "value": "20"}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
+    assert job.slurm_job_id
+    assert sorted(job.workers.values_list("node__pool__name", "node_name")) == [("slurm", "slurm-0"), ("slurm", "slurm-1")]
+    assert job.log_lines.filter(text__startswith="SEQ ").count() == 2 * 2 * 20  # 2 nodes x 2 slots x 20
+    # The console's end is Slurm's: the holder is told the job completed, and slurmdbd records it so.
+    wait_until("Slurm records the job COMPLETED", lambda: slurm_state(slurm_site, job.slurm_job_id) == "COMPLETED")
+    accounted = wait_until("the accounting is kept on the job",
+                           lambda: TrainingJob.objects.get(pk=job.pk).slurm_accounting)
+    assert (accounted["account"], accounted["state"], accounted["nodes"]) == ("console", "COMPLETED", 2)
+    assert accounted["cpus"] == 4 and accounted["elapsed_seconds"] >= 0
+    assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
+    no_container_left(slurm_site, job)
+
+
+def running_long_job(api) -> TrainingJob:
+    """A job of the Slurm pool that prints for hours, once its ranks print."""
+    job = submit_program(api, "numbered.py", pool="slurm",
+                         parameters=[{"name": "count", "value": "100000"}, {"name": "per_second", "value": "10"}])
+    job = wait_for(job, [JobStatus.RUNNING], timeout=WAIT_S * 2)
+    wait_until("a rank line", lambda: job.log_lines.filter(text__startswith="SEQ ").exists())
+    return job
+
+
+def test_a_scancel_from_outside_ends_a_running_job_terminated_saying_slurm_cancelled_it(api, slurm_pool, slurm_site):
+    job = running_long_job(api)
+    subprocess.run(["scancel", str(job.slurm_job_id)], env=localslurm.tool_env(slurm_site["slurm"].conf), check=True)
+    job = wait_for(job, [JobStatus.TERMINATED], timeout=WAIT_S)
+    assert job.stop_reason == StopReason.SLURM
+    assert f"Slurm cancelled job {job.slurm_job_id}" in job.status_message
+    assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
+    no_container_left(slurm_site, job)
+
+
+def test_a_user_stop_cancels_the_slurm_job(api, slurm_pool, slurm_site):
+    job = running_long_job(api)
+    assert api.post(f"/api/v1/training-jobs/{job.pk}/stop").status_code in (200, 202)
+    job = wait_for(job, [JobStatus.TERMINATED], timeout=WAIT_S)
+    wait_until("Slurm cancels the job", lambda: phase_of(slurm_state(slurm_site, job.slurm_job_id)) is Phase.CANCELLED)
+    no_container_left(slurm_site, job)
+
+
+def test_a_job_over_its_accounts_cpu_quota_waits_with_slurms_reason_then_runs(api, owner, slurm_pool, slurm_site):
+    state_dir = slurm_site["slurm"].state_dir
+    localslurm.sacctmgr(state_dir, "add", "account", "small", "GrpTRES=cpu=2")
+    localslurm.sacctmgr(state_dir, "add", "user", USER, "Account=small")
+    localslurm.sacctmgr(state_dir, "modify", "account", "small", "set", "GrpTRES=cpu=2")
+    ResourcePool.objects.filter(pk=slurm_pool.pk).update(slurm_account="small")
+    job = submit_program(api, "numbered.py", pool="slurm", parameters=[{"name": "count", "value": "5"}])
+    wait_until("Slurm's reason on the job", lambda: "AssocGrpCpuLimit" in TrainingJob.objects.get(pk=job.pk).slurm_reason)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert waiting_reason(job) == (f"Slurm job {job.slurm_job_id}: your account's quota is in use: Cpu "
+                                   "(AssocGrpCpuLimit)")
+    browser = Client()
+    browser.force_login(owner)
+    assert "AssocGrpCpuLimit" in browser.get(f"/jobs/{job.pk}").content.decode()
+    localslurm.sacctmgr(state_dir, "modify", "account", "small", "set", "GrpTRES=cpu=-1")
+    wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
+
+
+def test_slurm_away_keeps_a_job_queued_saying_so_and_it_runs_when_slurm_is_back(api, slurm_pool, slurm_site):
+    daemons = {daemon.name: daemon.pid for daemon in localslurm.status(slurm_site["slurm"].state_dir)}
+    os.kill(daemons["slurmrestd"], 15)
+    try:
+        job = submit_program(api, "numbered.py", pool="slurm", parameters=[{"name": "count", "value": "5"}])
+        wait_until("the job says Slurm cannot be reached",
+                   lambda: "Slurm cannot be reached" in TrainingJob.objects.get(pk=job.pk).slurm_reason)
+        job.refresh_from_db()
+        assert job.status == JobStatus.PENDING and job.slurm_job_id is None
+        slurm_pool.refresh_from_db()
+        assert "did not answer" in slurm_pool.slurm_status
+    finally:
+        slurm = slurm_site["slurm"]
+        localslurm.up(slurm.state_dir, slurm_nodes(slurm_site["nodes"], slurm_site["namespaces"]),
+                      controller_address=str(ipaddress.ip_network(CLUSTER["subnet"]).network_address + 1),
+                      cluster=f"pool{RUN_ID}", base_port=18000 + 10 * RUN_ID, users=[USER])
+    wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)

@@ -1,0 +1,94 @@
+"""A Slurm pool as an administrator sets it up: what the admin asks for and refuses, that its secrets are never
+shown back, the tokens the console makes from a key, and what it keeps of slurmdbd's accounting."""
+
+import base64
+import time
+
+import jwt
+import pytest
+from django.test import Client
+
+from jobs.allocation import nodes_for
+from jobs.backends.slurm import accounting_summary, credentials_for
+from jobs.models import Node, ResourcePool, ResourceSpec, TrainingJob
+from jobs.secret_box import seal_secret
+from tests.fixtures import person
+
+pytestmark = pytest.mark.django_db
+
+KEY = base64.b64encode(b"k" * 32).decode()
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdW4iOiJtYS11c2VyIn0.secret-signature-part"
+FIELDS = {"name": "gpu-slurm", "kind": "dedicated", "backend": "slurm", "slurm_url": "http://slurm.example.org:6820",
+          "slurm_partition": "gpu", "slurm_user": "svc-console", "slurm_account": "", "slurm_root_ssh": "on"}
+
+
+@pytest.fixture
+def admin_client():
+    client = Client()
+    client.force_login(person("pool-admin", is_staff=True, is_superuser=True))
+    return client
+
+
+def test_a_slurm_pool_saved_with_a_token_never_shows_it_back(admin_client):
+    answer = admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN})
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    pool = ResourcePool.objects.get(name="gpu-slurm")
+    assert pool.slurm_token == TOKEN and TOKEN not in pool.sealed_slurm_token
+    page = admin_client.get(f"/admin/jobs/resourcepool/{pool.pk}/change/").content.decode()
+    assert "secret-signature-part" not in page and pool.sealed_slurm_token not in page
+    assert "an administrator&#x27;s choice for this pool" in page
+
+
+def test_saving_the_pool_again_without_a_secret_keeps_the_saved_one(admin_client):
+    admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_jwt_key": KEY})
+    pool = ResourcePool.objects.get(name="gpu-slurm")
+    answer = admin_client.post(f"/admin/jobs/resourcepool/{pool.pk}/change/", {**FIELDS, "slurm_partition": "gpu2"})
+    assert answer.status_code == 302
+    pool.refresh_from_db()
+    assert (pool.slurm_partition, pool.slurm_jwt_key, pool.slurm_token) == ("gpu2", KEY, "")
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"slurm_url": ""}, "A Slurm pool needs slurmrestd&#x27;s address."),
+    ({"slurm_partition": "", "slurm_user": ""}, "A Slurm pool needs the partition, the Slurm user."),
+    ({"slurm_root_ssh": ""}, "tick this to accept it"),
+    ({"slurm_jwt_key": "not base64!"}, "This is not base64."),
+    ({"slurm_jwt_key": base64.b64encode(b"short").decode()}, "Slurm&#x27;s are 32 bytes or more"),
+])
+def test_an_incomplete_slurm_pool_is_refused_saying_what_is_missing(admin_client, change, error):
+    answer = admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN, **change})
+    assert answer.status_code == 200
+    assert error in answer.content.decode()
+    assert not ResourcePool.objects.filter(name="gpu-slurm").exists()
+
+
+def test_a_slurm_pool_needs_a_token_or_a_key(admin_client):
+    answer = admin_client.post("/admin/jobs/resourcepool/add/", FIELDS)
+    assert "A Slurm pool needs a token or the cluster&#x27;s JWT key." in answer.content.decode()
+
+
+def test_a_token_made_from_the_pools_key_names_the_slurm_user_and_expires_within_minutes():
+    pool = ResourcePool(name="p", backend="slurm", slurm_user="svc-console", sealed_slurm_jwt_key=seal_secret(KEY))
+    credentials = credentials_for(pool)
+    claims = jwt.decode(credentials.token, base64.b64decode(KEY), algorithms=["HS256"])
+    assert (credentials.user, claims["sun"]) == ("svc-console", "svc-console")
+    assert time.time() < claims["exp"] <= time.time() + 600
+
+
+def test_a_slurm_pools_nodes_are_never_public_capacity():
+    spec = ResourceSpec.objects.create(name="cpu-s", cpu_cores=1, memory_gb=1)
+    slurm = ResourcePool.objects.create(name="s", kind="public", backend="slurm")
+    Node.objects.create(name="slurm-0", address="10.9.0.1", spec=spec, pool=slurm)
+    Node.objects.create(name="own-0", address="10.9.0.2", spec=spec)
+    assert [node.name for node in nodes_for(TrainingJob(spec=spec))] == ["own-0"]
+    assert [node.name for node in nodes_for(TrainingJob(spec=spec, pool=slurm))] == ["slurm-0"]
+
+
+def test_the_accounting_kept_is_what_the_job_page_shows_in_hours():
+    record = {"account": "vision", "qos": "high", "state": {"current": "COMPLETED"},
+              "time": {"elapsed": 1800, "total": {"seconds": 3000}},
+              "tres": {"allocated": [{"type": "cpu", "count": 8}, {"type": "node", "count": 2},
+                                     {"type": "gres", "name": "gpu", "count": 4}, {"type": "mem", "count": 8192}]}}
+    assert accounting_summary(record) == {
+        "account": "vision", "qos": "high", "state": "COMPLETED", "elapsed_seconds": 1800, "nodes": 2, "cpus": 8,
+        "gpus": 4, "cpu_hours": 4.0, "gpu_hours": 2.0, "cpu_time_used_seconds": 3000}
