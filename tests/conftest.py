@@ -105,6 +105,12 @@ def _worker_database_env() -> dict[str, str]:
     return {"DATABASE_URL": f"postgres://{auth}{host}{port}/{database['NAME']}"}
 
 
+def web_server_env(redis_url: str) -> dict[str, str]:
+    """What the console's web server needs when a test starts it (console.services.start_web_server): the
+    test database, and the tests' Redis as its broker and live-progress stream."""
+    return {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url}
+
+
 class CeleryWorker:
     """The tests' Celery worker process. Celery 5.7 with the Redis transport ends the worker (after its
     running tasks) when Redis goes away under a task it has not acknowledged yet, so a test that restarts

@@ -1,21 +1,20 @@
-"""A real headless Chromium (Debian's package) driven by Playwright, against the console under uvicorn (as
-`make run` serves it: the live log's Server-Sent Events need an ASGI server, which `live_server` is not).
+"""A real headless Chromium (Debian's package) driven by Playwright, against the console's web server started
+as `make run` starts it (the live log's Server-Sent Events need an ASGI server, which `live_server` is not).
 
 The services (Redis, Celery, the local cluster) come from tests/conftest.py, shared with the integration tests.
 """
 
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
+from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from playwright.sync_api import sync_playwright
 
 from console import services
 from tests.browser.helpers import PASSWORD
+from tests.conftest import RUN_ID, web_server_env
 from tests.integration.helpers import TEST_OUTPUT
 
 # Playwright's sync API keeps an event loop running in this thread; the tests' own ORM calls are
@@ -57,33 +56,33 @@ def owner(console):
     return get_user_model().objects.create_user("owner", password=PASSWORD)
 
 
-class AsgiServer:
-    """The console under uvicorn in this process, as `make run` serves it: the live log's stream (an async
-    view) needs an ASGI server, which `live_server` is not. restart() ends it and starts it again on the
-    same port, as a deployment would."""
+@pytest.fixture(autouse=True)
+def passwords_the_web_server_checks(settings):
+    """The web server runs with the console's own settings, whose hashers check no MD5 password (the
+    tests' hasher, tests/conftest.py): the users these tests sign in as get the console's hashes."""
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
 
-    def __init__(self, port: int):
+
+class AsgiServer:
+    """The console's web server as `make run` starts it (console.services.start_web_server: the header
+    deadline, forwarded addresses from TRUSTED_PROXIES only), in a process of its own on the test database.
+    restart() ends it and starts it again on the same port, as a deployment would."""
+
+    def __init__(self, port: int, redis_url: str):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.server = None
-        self.thread = None
+        # This process allows Django's synchronous calls beside Playwright's event loop (above); the server
+        # must not, as the console never does.
+        self.env = {**web_server_env(redis_url), "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
+        self.process = None
 
     def start(self) -> None:
-        config = uvicorn.Config("console.asgi:application", host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=1)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
+        self.process = services.start_web_server(self.port, self.env, TEST_OUTPUT / f"uvicorn-browser-{RUN_ID}.log")
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.server.force_exit = True
-        self.thread.join(15)
+        # uvicorn waits for open responses before it exits; a live log stream a page still follows would
+        # hold it up to the timeout, so it is not waited for long (the page's EventSource reconnects).
+        services.stop(self.process, timeout=2)
 
     def restart(self) -> None:
         self.stop()
@@ -91,8 +90,9 @@ class AsgiServer:
 
 
 @pytest.fixture
-def asgi_server(transactional_db, redis_server):
-    server = AsgiServer(services.free_port())
+def asgi_server(transactional_db, redis_url):
+    TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
+    server = AsgiServer(services.free_port(), redis_url)
     server.start()
     yield server
     server.stop()

@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,9 +18,8 @@ import pytest
 from console import services
 from jobs.models import FINAL_STATES, ApiToken, JobStatus, Node, TrainingJob, Worker
 from jobs.tasks import check_nodes_now
-from tests.conftest import CLUSTER_OPTIONS, RUN_ID, _worker_database_env
+from tests.conftest import CLUSTER_OPTIONS, RUN_ID, web_server_env
 from tests.integration.helpers import (
-    BASE_DIR,
     CLUSTER_NODES,
     CLUSTER_SLOTS,
     TEST_OUTPUT,
@@ -186,13 +184,7 @@ class PatientFollower(Follower):
 
 
 def start_web_server(port: int, redis_url: str) -> subprocess.Popen:
-    log = open(TEST_OUTPUT / f"uvicorn-faults-{RUN_ID}.log", "ab")
-    env = {**os.environ, **_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning"], cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
-    services.wait_for_port("127.0.0.1", port, 30, process)
-    return process
+    return services.start_web_server(port, web_server_env(redis_url), TEST_OUTPUT / f"uvicorn-faults-{RUN_ID}.log")
 
 
 @pytest.mark.fault("the web server restarted while a client follows the log (SSE)",

@@ -4,9 +4,6 @@ line exactly once, also when it reconnects midway and when Redis is restarted mi
 
 import http.client
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -14,9 +11,8 @@ import pytest
 
 from console import services
 from jobs.models import ApiToken, JobStatus, TrainingJob
-from tests.conftest import RUN_ID, _worker_database_env
+from tests.conftest import RUN_ID, web_server_env
 from tests.integration.helpers import (
-    BASE_DIR,
     CLUSTER_NODES,
     CLUSTER_SLOTS,
     TEST_OUTPUT,
@@ -31,21 +27,13 @@ PER_SECOND = 700  # per rank: the output takes a few seconds, long enough to act
 
 @pytest.fixture(scope="module")
 def web_server(celery_worker, redis_url):
-    """The console's ASGI application under uvicorn, on the test database, as `runconsole` serves it."""
+    """The console's web server on the test database, as `runconsole` serves it."""
     port = services.free_port()
-    log = open(TEST_OUTPUT / f"uvicorn-{RUN_ID}.log", "ab")
-    env = {**os.environ, **_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "console.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning"],
-        cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
+    process = services.start_web_server(port, web_server_env(redis_url), TEST_OUTPUT / f"uvicorn-{RUN_ID}.log")
     try:
-        services.wait_for_port("127.0.0.1", port, 30, process)
         yield port
     finally:
         services.stop(process)
-        log.close()
 
 
 class Follower(threading.Thread):
