@@ -170,7 +170,8 @@ def slurm_conf(state_dir: Path, cluster: str, controller_address: str, ports: Po
         f"SlurmdPort={ports.node}",
         f"SlurmUser={SLURM_USER}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={munge_socket}",
+        # cred_expire is also how long a requeued job waits before it may start again: 120 s by default.
+        f"AuthInfo=socket={munge_socket},cred_expire=15",
         "AuthAltTypes=auth/jwt",
         f"AuthAltParameters=jwt_key={state_dir / 'jwt.key'}",
         f"StateSaveLocation={state_dir / 'controller'}",

@@ -186,3 +186,30 @@ def test_slurm_away_keeps_a_job_queued_saying_so_and_it_runs_when_slurm_is_back(
                       controller_address=str(ipaddress.ip_network(CLUSTER["subnet"]).network_address + 1),
                       cluster=f"pool{RUN_ID}", base_port=18000 + 10 * RUN_ID, users=[USER])
     wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
+
+
+def test_a_higher_priority_job_preempts_a_running_job_which_is_requeued_and_completes_as_its_next_attempt(
+        api, slurm_pool, slurm_site):
+    slurm = slurm_site["slurm"]
+    localslurm.sacctmgr(slurm.state_dir, "add", "qos", "low", "Priority=0")
+    localslurm.sacctmgr(slurm.state_dir, "add", "qos", "high", "Priority=1000", "Preempt=low", "PreemptMode=requeue")
+    localslurm.sacctmgr(slurm.state_dir, "modify", "user", USER, "set", "qos=normal,low,high", "defaultqos=low")
+    try:
+        job = submit_program(api, "numbered.py", pool="slurm",
+                             parameters=[{"name": "count", "value": "150"}, {"name": "per_second", "value": "10"}])
+        job = wait_for(job, [JobStatus.RUNNING], timeout=WAIT_S * 2)
+        wait_until("a rank line", lambda: job.log_lines.filter(text__startswith="SEQ ").exists())
+        # Someone else's urgent job wants both nodes whole.
+        subprocess.run(["runuser", "-u", USER, "--", "sbatch", "--qos=high", "--nodes=2", "--exclusive",
+                        f"--partition={slurm.partition}", "--account=console", "--output=/dev/null", "--wrap", "sleep 3"],
+                       env=localslurm.tool_env(slurm.conf), check=True, cwd="/tmp", capture_output=True)
+        wait_until("the job goes back to the queue", lambda: TrainingJob.objects.get(pk=job.pk).restart_count == 1)
+        job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 3)
+    finally:
+        localslurm.sacctmgr(slurm.state_dir, "modify", "user", USER, "set", "defaultqos=normal")
+    assert job.events.filter(kind="state:Pending", message__startswith="Requeued by Slurm (Slurm preempted").exists()
+    # The auto restarts it may use are untouched: the preemption was not its failure.
+    assert (job.restart_count, job.max_restarts) == (1, 1)
+    second = job.log_lines.filter(seq__gt=job.attempt_log_starts[0], text__startswith="SEQ ")
+    assert second.count() == 2 * 2 * 150
+    no_container_left(slurm_site, job)
