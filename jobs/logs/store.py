@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.template.defaultfilters import filesizeformat
@@ -74,6 +73,9 @@ def _stored(lines: QuerySet[LogLine]) -> list[StoredLogLine]:
     # SQLite keeps a time as text, which its driver and then Django parse on every row: a third of a live
     # follower's time a line. The lines of one read came in together and share a handful of times, so the
     # text is read as it is and each distinct time parsed once, by Django's own converter.
+    # Imported here: the SQLite backend is loaded by now, and importing it on PostgreSQL would be circular.
+    from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
+
     operations = connection.ops
     assert isinstance(operations, SQLiteOperations)
     times: dict[str, datetime] = {}
@@ -150,31 +152,37 @@ def store_lines(job_id: int, records: list[LogRecord], dropped_before: int = 0,
         if cap is None:
             cap = LauncherDefaults.current().log_cap_bytes
         used, dropped = job["log_bytes"], job["log_lines_dropped"] + dropped_before
-        rows: list[tuple[int | None, int | None, str, str, datetime]] = []  # (worker_index, rank, stream, text, at)
-        limit = settings.LOG_LINE_MAX_BYTES
+        start = job["log_line_count"]
+        seq = start
+        lines: list[StoredLogLine] = []
+        limit, system = settings.LOG_LINE_MAX_BYTES, LogStream.SYSTEM
         for record in records:
-            text, size = _clip(record.text, limit)
-            if record.stream != LogStream.SYSTEM:
+            text = record.text
+            # Most lines are short ASCII without a NUL: stored as they are, their size their length.
+            if len(text) <= limit and text.isascii() and "\x00" not in text:
+                size = len(text)
+            else:
+                text, size = _clip(text, limit)
+            if record.stream != system:
                 if dropped or (cap and used + size + 1 > cap):
                     if not dropped:
-                        rows.append((None, None, LogStream.SYSTEM, cap_note(cap), record.at))
+                        seq += 1
+                        lines.append(StoredLogLine(seq, None, None, system, cap_note(cap), record.at))
                     dropped += 1
                     continue
                 used += size + 1
-            rows.append((record.worker_index, record.rank, record.stream, text, record.at))
-        start = job["log_line_count"]
-        _insert_lines(job_id, start, rows)
-        last = start + len(rows)
+            seq += 1
+            lines.append(StoredLogLine(seq, record.worker_index, record.rank, record.stream, text, record.at))
+        _insert_lines(job_id, lines)
+        last = seq
         fields: dict[str, object] = {"log_line_count": last, "log_bytes": used, "log_lines_dropped": dropped,
                                      "log_cap_bytes": cap}
         if launch_cursor is not None:
             fields["launch_cursor"] = launch_cursor
         TrainingJob.objects.filter(pk=job_id).update(**fields)
-    if rows:
+    if lines:
         transaction.on_commit(lambda: JobProgressPublisher(job_id).log_appended(last))
-    stored = tuple(StoredLogLine(start + offset, worker_index, rank, stream, text, at)
-                   for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1))
-    return StoreResult(last_seq=last, capped=dropped > 0, lines=stored)
+    return StoreResult(last_seq=last, capped=dropped > 0, lines=tuple(lines))
 
 
 _INSERT_COLUMNS = ("job", "seq", "worker_index", "rank", "stream", "text", "at")
@@ -186,8 +194,8 @@ def _column_of(field: object) -> str:
     return column
 
 
-def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
-    """The rows in a few multi-row INSERTs, as many rows each as the database takes parameters for.
+def _insert_lines(job_id: int, lines: list[StoredLogLine]) -> None:
+    """The lines in a few multi-row INSERTs, as many rows each as the database takes parameters for.
 
     bulk_create spends most of its time preparing each value through the field machinery (about ten
     times the database's own work for short lines); log lines are plain values, so they go straight in.
@@ -195,25 +203,37 @@ def _insert_lines(job_id: int, start: int, rows: list[tuple]) -> None:
     and taking it back waits for whatever else the process runs (the run's event loop reading the next
     lines), so a batch stored row by row waited out hundreds of thread switches.
     """
-    if not rows:
+    if not lines:
         return
     meta, quote = LogLine._meta, connection.ops.quote_name
     columns = ", ".join(quote(_column_of(meta.get_field(name))) for name in _INSERT_COLUMNS)
-    row_marks = f"({', '.join(['%s'] * len(_INSERT_COLUMNS))})"
-    per_statement = (connection.features.max_query_params or INSERT_MAX_PARAMS) // len(_INSERT_COLUMNS)
+    width = len(_INSERT_COLUMNS)
+    per_statement = (connection.features.max_query_params or INSERT_MAX_PARAMS) // width
     # The lines of one read share their time: each distinct time is converted once, not once a line.
     adapted: dict[datetime, Any] = {}
     adapt_time = connection.ops.adapt_datetimefield_value
     values: list[Any] = []
-    for offset, (worker_index, rank, stream, text, at) in enumerate(rows, start=1):
-        values += (job_id, start + offset, worker_index, rank, stream, text,
+    for seq, worker_index, rank, stream, text, at in lines:
+        values += (job_id, seq, worker_index, rank, stream, text,
                    adapted[at] if at in adapted else adapted.setdefault(at, adapt_time(at)))
-    width = len(_INSERT_COLUMNS)
-    with connection.cursor() as cursor:
-        for first in range(0, len(rows), per_statement):
-            count = min(per_statement, len(rows) - first)
-            cursor.execute(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * count)}",
-                           values[first * width:(first + count) * width])
+    # Django's SQLite cursor turns each %s into ? with a regular expression, on every statement: a fifth
+    # of the store's time a line. There the statement is written with ? and goes to the driver itself, its
+    # errors still raised as Django's (the sink retries an OperationalError), in the same transaction.
+    sqlite = connection.vendor == "sqlite"
+    row_marks = f"({', '.join(['?' if sqlite else '%s'] * width)})"
+    statements = [(f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * count)}",
+                   values[first * width:(first + count) * width])
+                  for first in range(0, len(lines), per_statement)
+                  for count in [min(per_statement, len(lines) - first)]]
+    if sqlite:
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            for sql, params in statements:
+                connection.connection.execute(sql, params)
+    else:
+        with connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
 
 
 def append_log_lines(job_id: int, records: list[LogRecord]) -> int:
