@@ -110,6 +110,12 @@ class ResourcePool(models.Model):
     # What the last look at slurmrestd found ("Slurm 22.05.8", or why it could not be reached).
     slurm_status = models.TextField(blank=True, editable=False)
     slurm_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # What Slurm last said of the partition's nodes ({name, state, reason, cpus, alloc_cpus, memory_mb, gres})
+    # and of its accounts ({account, parent, shares, norm_shares, cpu_hours, gpu_hours, jobs, usage_share}),
+    # taken every SLURM_SNAPSHOT_SECONDS for the capacity page.
+    slurm_nodes = models.JSONField(default=list, blank=True, editable=False)
+    slurm_accounts = models.JSONField(default=list, blank=True, editable=False)
+    slurm_snapshot_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name

@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 # Tokens the console makes from a pool's key live this long: a leaked one is soon worthless.
 TOKEN_LIFESPAN_S = 600
+# How often the capacity page's view of a Slurm pool (its nodes, its accounts' shares and usage) is renewed,
+# and how far back the accounts' usage is summed.
+SNAPSHOT_EVERY = timedelta(seconds=30)
+USAGE_DAYS = 7
 # How long after a job's end slurmdbd's record of it is still looked for.
 ACCOUNTING_WINDOW = timedelta(minutes=10)
 CONSOLE_JOB_NAME = re.compile(re.escape(JOB_NAME_PREFIX) + r"(\d+)")
@@ -150,6 +154,8 @@ class SlurmPools:
                         give_back(rest, job)
                     keep_accounting(rest, job)
                 cancel_strays(rest, pool)
+                if pool.slurm_snapshot_at is None or timezone.now() - pool.slurm_snapshot_at >= SNAPSHOT_EVERY:
+                    take_snapshot(rest, pool)
             except SlurmError as error:
                 note_pool(pool, str(error))
 
@@ -344,3 +350,43 @@ def cancel_strays(rest: SlurmRest, pool: ResourcePool) -> None:
         if (job_id, slurm_id) not in held and job_id not in unsubmitted:
             logger.warning("cancelling Slurm job %s: console job %s no longer holds it", slurm_id, job_id)
             rest.cancel(slurm_id)
+
+
+def take_snapshot(rest: SlurmRest, pool: ResourcePool) -> None:
+    """Keep on the pool what Slurm says of its partition's nodes and of its accounts, for the capacity page."""
+    nodes = [{"name": node["name"], "state": node["state"], "reason": node.get("reason") or "",
+              "cpus": node.get("cpus", 0), "alloc_cpus": node.get("alloc_cpus", 0),
+              "memory_mb": node.get("real_memory", 0), "gres": node.get("gres") or ""}
+             for node in rest.nodes() if pool.slurm_partition in (node.get("partitions") or [pool.slurm_partition])]
+    since = timezone.localdate() - timedelta(days=USAGE_DAYS)
+    accounts = account_usage(rest.associations(), rest.accounted_jobs(since))
+    ResourcePool.objects.filter(pk=pool.pk).update(slurm_nodes=nodes, slurm_accounts=accounts,
+                                                   slurm_snapshot_at=timezone.now())
+
+
+def account_usage(associations: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each account's fair share as sshare shows it (raw shares, normalised among its siblings) beside its use
+    of the cluster over the last days (CPU and GPU hours of its jobs, and its part of all use)."""
+    accounts = [association for association in associations if not association.get("user")]
+    siblings: dict[str, int] = {}
+    for account in accounts:
+        siblings[account.get("parent_account") or ""] = siblings.get(account.get("parent_account") or "", 0) + \
+            int(account.get("shares_raw") or 0)
+    used: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        summary = accounting_summary(job)
+        entry = used.setdefault(summary["account"], {"cpu_hours": 0.0, "gpu_hours": 0.0, "jobs": 0})
+        entry["cpu_hours"] += summary["cpu_hours"]
+        entry["gpu_hours"] += summary["gpu_hours"]
+        entry["jobs"] += 1
+    total = sum(entry["cpu_hours"] for entry in used.values()) or 1.0
+    rows = []
+    for account in sorted(accounts, key=lambda account: account["account"]):
+        name, parent = account["account"], account.get("parent_account") or ""
+        shares = int(account.get("shares_raw") or 0)
+        usage = used.get(name, {"cpu_hours": 0.0, "gpu_hours": 0.0, "jobs": 0})
+        rows.append({"account": name, "parent": parent, "shares": shares,
+                     "norm_shares": round(shares / siblings[parent], 3) if siblings[parent] else 0.0,
+                     "cpu_hours": round(usage["cpu_hours"], 3), "gpu_hours": round(usage["gpu_hours"], 3),
+                     "jobs": int(usage["jobs"]), "usage_share": round(usage["cpu_hours"] / total, 3)})
+    return rows

@@ -45,6 +45,8 @@ class PoolCapacity:
     kind: str
     total: Capacity
     specs: list[Capacity]
+    # A Slurm pool: what Slurm last said of it (jobs.backends.slurm.take_snapshot), None for the console's own.
+    slurm: ResourcePool | None = None
 
 
 def pool_capacity() -> list[PoolCapacity]:
@@ -90,5 +92,6 @@ def pool_capacity() -> list[PoolCapacity]:
             kind=pool.get_kind_display() if pool else str(ResourcePool.Kind.PUBLIC.label),
             total=total,
             specs=spec_rows,
+            slurm=pool if pool is not None and pool.is_slurm else None,
         ))
     return pools

@@ -14,7 +14,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 import requests
@@ -218,6 +218,16 @@ class SlurmRest:
 
     def nodes(self) -> list[NodeRecord]:
         return cast(list[NodeRecord], self._request("GET", f"/slurm/{VERSION}/nodes").get("nodes") or [])
+
+    def associations(self) -> list[dict[str, Any]]:
+        """slurmdbd's associations: accounts (user None) and users in them, with their raw fair-share shares."""
+        return cast(list[dict[str, Any]], self._request("GET", f"/slurmdb/{VERSION}/associations").get("associations") or [])
+
+    def accounted_jobs(self, since: date) -> list[dict[str, Any]]:
+        """slurmdbd's records of the jobs that ran since that day (steps left out)."""
+        # 22.05 reads only its own date forms here (MMDDYY); an ISO time or an epoch is refused.
+        query = f"start_time={since:%m%d%y}&skip_steps=true"
+        return cast(list[dict[str, Any]], self._request("GET", f"/slurmdb/{VERSION}/jobs?{query}").get("jobs") or [])
 
     def accounting(self, job_id: int) -> dict[str, Any] | None:
         """slurmdbd's record of the job (account, QOS, TRES, times), or None while it has none yet."""

@@ -119,6 +119,12 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
                            lambda: TrainingJob.objects.get(pk=job.pk).slurm_accounting)
     assert (accounted["account"], accounted["state"], accounted["nodes"]) == ("console", "COMPLETED", 2)
     assert accounted["cpus"] == 4 and accounted["elapsed_seconds"] >= 0
+    # The capacity page's view of the partition, as Slurm last said it.
+    snapshot = wait_until("the accounts' use counts the job", lambda: next(
+        (row for row in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_accounts
+         if row["account"] == "console" and row["jobs"] >= 1), None), timeout=WAIT_S)
+    assert snapshot["shares"] >= 1
+    assert sorted(node["name"] for node in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_nodes) == ["slurm-0", "slurm-1"]
     assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
     no_container_left(slurm_site, job)
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from jobs.allocation import nodes_for
-from jobs.backends.slurm import accounting_summary, credentials_for
+from jobs.backends.slurm import account_usage, accounting_summary, credentials_for
 from jobs.models import Node, ResourcePool, ResourceSpec, TrainingJob
 from jobs.secret_box import seal_secret
 from tests.fixtures import person
@@ -92,3 +92,33 @@ def test_the_accounting_kept_is_what_the_job_page_shows_in_hours():
     assert accounting_summary(record) == {
         "account": "vision", "qos": "high", "state": "COMPLETED", "elapsed_seconds": 1800, "nodes": 2, "cpus": 8,
         "gpus": 4, "cpu_hours": 4.0, "gpu_hours": 2.0, "cpu_time_used_seconds": 3000}
+
+
+def test_each_accounts_fair_share_is_shown_beside_its_use_of_the_cluster():
+    associations = [{"account": "root", "parent_account": None, "shares_raw": 1, "user": None},
+                    {"account": "research", "parent_account": "root", "shares_raw": 60, "user": None},
+                    {"account": "vision", "parent_account": "root", "shares_raw": 40, "user": None},
+                    {"account": "vision", "parent_account": "root", "shares_raw": 1, "user": "ma-user"}]
+    jobs = [{"account": "research", "time": {"elapsed": 3600},
+             "tres": {"allocated": [{"type": "cpu", "count": 4}, {"type": "gres", "name": "gpu", "count": 1}]}},
+            {"account": "vision", "time": {"elapsed": 1800}, "tres": {"allocated": [{"type": "cpu", "count": 8}]}}]
+    rows = {row["account"]: row for row in account_usage(associations, jobs)}
+    assert set(rows) == {"root", "research", "vision"}  # a user's association is not an account
+    assert (rows["research"]["norm_shares"], rows["vision"]["norm_shares"], rows["root"]["norm_shares"]) == (0.6, 0.4, 1.0)
+    assert (rows["research"]["cpu_hours"], rows["research"]["gpu_hours"], rows["research"]["jobs"]) == (4.0, 1.0, 1)
+    assert (rows["research"]["usage_share"], rows["vision"]["usage_share"], rows["root"]["usage_share"]) == (0.5, 0.5, 0.0)
+
+
+def test_the_capacity_page_shows_a_slurm_pools_nodes_and_accounts_as_slurm_last_said():
+    ResourcePool.objects.create(
+        name="gpu-slurm", backend="slurm", slurm_partition="gpu", slurm_status="reachable: Slurm 22.05.8, REST API v0.0.38",
+        slurm_nodes=[{"name": "gpu-7", "state": "drain", "reason": "bad DIMM", "cpus": 64, "alloc_cpus": 0,
+                      "memory_mb": 512000, "gres": "gpu:8"}],
+        slurm_accounts=[{"account": "vision", "parent": "root", "shares": 40, "norm_shares": 0.4, "jobs": 3,
+                         "cpu_hours": 12.5, "gpu_hours": 3.0, "usage_share": 0.7}])
+    client = Client()
+    client.force_login(person("viewer"))
+    page = client.get("/capacity").content.decode()
+    assert "Slurm partition gpu" in page and "reachable: Slurm 22.05.8" in page
+    assert "<th scope=\"row\">gpu-7</th><td>drain</td><td>bad DIMM</td><td>0 / 64</td>" in page
+    assert "<th scope=\"row\">vision</th><td>root</td><td>40</td><td>0.4</td><td>3</td><td>12.5</td><td>3.0</td><td>0.7</td>" in page
