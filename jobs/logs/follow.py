@@ -31,7 +31,10 @@ from jobs.logs.progress import JobNews
 from jobs.logs.store import StoredLogLine, read_after, rendered_chunk
 from jobs.models import FINAL_STATES, LogLine, TrainingJob
 
-EVENT_BATCH_LINES = 1000
+# The lines of a follower's turn: a turn's own cost (the hop to its thread, the job's row, the query, the
+# sends) is spread over as many lines. A page of lines of LOG_LINE_MAX_BYTES each is 32 MB before its JSON
+# escapes, and one page of one stream is read at a time (READ_TURNS).
+EVENT_BATCH_LINES = 2000
 # A comment this often keeps proxies from closing a quiet stream; it is also how long a follower
 # sleeps on Redis before it looks at the database anyway.
 KEEPALIVE_SECONDS = 15.0
@@ -56,16 +59,13 @@ def _event(kind: str | None, data: dict, event_id: int | None = None) -> str:
 _json_string = json.encoder.encode_basestring
 
 
-def _json_int(value: int | None) -> str:
-    return "null" if value is None else str(value)
-
-
 def _line_events(lines: list[StoredLogLine]) -> list[str]:
     """Each line's `message` event, the very text of _event(None, line_payload(line), line.seq), written
     without a dict and a json.dumps a line: a live follower writes every line of a flood, and those were
     two thirds of its time. A page's lines share a handful of times, each written once."""
     stamps: dict[datetime, str] = {}
-    return [f'id: {seq}\ndata: {{"seq": {seq}, "worker": {_json_int(worker)}, "rank": {_json_int(rank)}, '
+    return [f'id: {seq}\ndata: {{"seq": {seq}, "worker": {"null" if worker is None else worker}, '
+            f'"rank": {"null" if rank is None else rank}, '
             f'"stream": {_json_string(stream)}, "text": {_json_string(text)}, '
             f'"at": {stamps[at] if at in stamps else stamps.setdefault(at, _json_string(at.isoformat()))}}}\n\n'
             for seq, worker, rank, stream, text, at in lines]
