@@ -399,11 +399,16 @@ LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", "/var/lib/traini
 LOCALCLUSTER_SUBNET = env_str("LOCALCLUSTER_SUBNET", "10.77.0.0/24")
 LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0")
 LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
-# The local Slurm (`manage.py localslurm up`, `make run SLURM=1`): its daemons' folder, the subnet of its own
-# nodes (apart from the local cluster's, so that the console's allocator and Slurm never share a node), the
-# first of its four ports (slurmctld, slurmd, slurmdbd, slurmrestd), and the user jobs are submitted as.
+# The local Slurm (`manage.py localslurm up`, `make run SLURM=1`): its daemons' folder, the subnet, bridge and
+# namespace prefix of its own nodes (apart from the local cluster's, so that the console's allocator and Slurm
+# never share a node), the first of its four ports (slurmctld, slurmd, slurmdbd, slurmrestd), and the user
+# jobs are submitted as.
 LOCALSLURM_STATE_DIR = Path(env_str("LOCALSLURM_STATE_DIR", "/var/lib/training-console/localslurm"))
 LOCALSLURM_SUBNET = env_str("LOCALSLURM_SUBNET", "10.76.0.0/24")
+# The cluster's name is also its accounting database's (slurm_<name>) on the shared MariaDB.
+LOCALSLURM_CLUSTER = env_str("LOCALSLURM_CLUSTER", "console")
+LOCALSLURM_BRIDGE = env_str("LOCALSLURM_BRIDGE", "tcslbr0")
+LOCALSLURM_PREFIX = env_str("LOCALSLURM_PREFIX", "tcslnode")
 LOCALSLURM_BASE_PORT = env_int("LOCALSLURM_BASE_PORT", 6817, minimum=1024)
 LOCALSLURM_USER = env_str("LOCALSLURM_USER", "ma-user")
 

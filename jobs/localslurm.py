@@ -370,6 +370,12 @@ def up(state_dir: Path, nodes: Sequence[SlurmNode], *, controller_address: str, 
         pids["slurmctld"] = _read_pid(state_dir / "slurmctld.pid")
         _save(state_dir, state)
 
+        # A node no longer in the list (renamed, or the cluster made smaller) must not keep its slurmd: it
+        # would hold the node's port against the new one.
+        wanted = {f"slurmd:{node.name}" for node in nodes}
+        for key in [key for key in pids if key.startswith("slurmd:") and key not in wanted]:
+            _stop(pids.pop(key), marker)
+        _save(state_dir, state)
         for node in nodes:
             spool = _folder(state_dir / "nodes" / node.name, "root", 0o755)
             key = f"slurmd:{node.name}"

@@ -32,14 +32,14 @@ def dispatch_pending_jobs() -> list[int]:
 
 @shared_task(ignore_result=True)
 def watch_slurm_jobs() -> list[int]:
-    """Stop the jobs a backend ended on its side, and give back what ended jobs still hold; the runs of jobs
-    asked to stop end their containers themselves, and a stop task covers a job no live run follows."""
+    """What a backend did on its side, seen within seconds: queued jobs it started get their runs (the
+    dispatch), jobs it ended are stopped (their runs end their containers themselves, and a stop task covers
+    a job no live run follows), and what ended jobs still hold is given back."""
+    dispatch_pending_jobs()
     stopping = backends.watch()
     for job_id in stopping:
         stop_job.delay(job_id)
     backends.release()
-    if stopping:
-        dispatch_pending_jobs.delay()
     return stopping
 
 

@@ -187,3 +187,27 @@ def test_up_again_restarts_nothing_and_down_leaves_no_daemon_database_nor_folder
     databases = subprocess.run(["mysql", "-uroot", "-h127.0.0.1", "-N", "-e", "SHOW DATABASES"],
                                capture_output=True, text=True, check=True).stdout.split()
     assert f"slurm_test{RUN_ID}once" not in databases
+
+
+@pytest.mark.django_db
+def test_the_command_brings_up_a_slurm_pool_the_console_can_use_and_down_removes_its_nodes(settings):
+    from django.core.management import call_command
+
+    from jobs.backends.slurm import check_pool
+    from jobs.models import Node, ResourcePool
+
+    settings.LOCALSLURM_STATE_DIR = ROOT / "command"
+    settings.LOCALSLURM_SUBNET = f"10.85.{RUN_ID}.0/24"
+    settings.LOCALSLURM_BRIDGE, settings.LOCALSLURM_PREFIX = f"tcsc{RUN_ID}br", f"tcsc{RUN_ID}n"
+    settings.LOCALSLURM_CLUSTER = f"command{RUN_ID}"  # its database apart from the console's own local Slurm's
+    settings.LOCALSLURM_BASE_PORT = 17005 + 10 * RUN_ID  # the ports of the test before, which has ended
+    try:
+        call_command("localslurm", "up", nodes=1, stdout=open(os.devnull, "w"))
+        pool = ResourcePool.objects.get(name="slurm")
+        assert (pool.backend, pool.slurm_partition, pool.slurm_root_ssh) == ("slurm", "batch", True)
+        assert list(Node.objects.filter(pool=pool).values_list("name", "address")) == [("slurm-0", f"10.85.{RUN_ID}.10")]
+        assert check_pool(pool.pk) == "reachable: Slurm 22.05.8, REST API v0.0.38"
+    finally:
+        call_command("localslurm", "down", stdout=open(os.devnull, "w"))
+    assert not Node.objects.filter(pool__name="slurm").exists()
+    assert not (ROOT / "command" / "slurm").exists()
