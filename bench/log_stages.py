@@ -7,7 +7,7 @@ console's Python, stage by stage, on the same lines (mpirun's tagged output, as 
   of the same text (reading the lines at all);
 - store: the lines stored in batches of LOG_FLUSH_MAX_LINES, as the run stores them (jobs.logs.store:
   the job row locked, the cap counted, the cursor kept), beside the same rows inserted by the sqlite3
-  module alone (one executemany a batch, one commit each);
+  module alone (multi-row INSERTs, one commit a batch);
 - monitor: the run's monitor reading every stored line back (jobs.logs.store.lines_after) and
   looking for metrics in it, beside a bare SELECT of the same columns;
 - live follower: the event stream's pages as it reads and writes them (jobs.logs.follow), beside the same
@@ -112,14 +112,22 @@ def main() -> None:
     def bare_store():
         bare.execute("DELETE FROM bare_lines")
         at = "2026-12-01 00:00:00.000000"
-        values = [(1, number + 1, record.worker_index, record.rank, record.stream, record.text, at)
-                  for number, record in enumerate(records)]
+        values = [value for number, record in enumerate(records)
+                  for value in (1, number + 1, record.worker_index, record.rank, record.stream, record.text, at)]
+        # The best the driver does: multi-row INSERTs of as many rows as Django lets SQLite take parameters for.
+        per_statement = connection.features.max_query_params // 7
+        batches = [[(first, min(per_statement, start + batch - first, len(records) - first))
+                    for first in range(start, min(start + batch, len(records)), per_statement)]
+                   for start in range(0, len(records), batch)]
+        statements = {count: "INSERT INTO bare_lines (job_id, seq, worker_index, rank, stream, text, at) VALUES "
+                             + ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
+                      for pieces in batches for _first, count in pieces}
 
         def insert():
-            for start in range(0, len(values), batch):
+            for pieces in batches:
                 bare.execute("BEGIN")
-                bare.executemany("INSERT INTO bare_lines (job_id, seq, worker_index, rank, stream, text, at) "
-                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", values[start:start + batch])
+                for first, count in pieces:
+                    bare.execute(statements[count], values[first * 7:(first + count) * 7])
                 bare.execute("COMMIT")
         return insert
 
