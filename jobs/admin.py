@@ -3,6 +3,7 @@
 import base64
 import binascii
 import json
+import re
 from typing import TYPE_CHECKING
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -96,6 +97,20 @@ class ResourcePoolAdminForm(forms.ModelForm):
         fields = ["name", "kind", "backend", "slurm_url", "slurm_partition", "slurm_user", "slurm_account",
                   "slurm_token", "slurm_jwt_key", "slurm_root_ssh"]
 
+    def clean_slurm_user(self):
+        user = self.cleaned_data.get("slurm_user", "")
+        if user and not re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", user):
+            raise forms.ValidationError(_("A Slurm user is a Unix account name: lower-case letters, digits, '_', '.', '-'."))
+        if user == "root":
+            raise forms.ValidationError(_("The console does not submit as root: name the Slurm user the site gave it."))
+        return user
+
+    def clean_slurm_token(self):
+        token = self.cleaned_data.get("slurm_token", "")
+        if token and not re.fullmatch(r"[A-Za-z0-9_=.-]+", token):
+            raise forms.ValidationError(_("A JWT holds only letters, digits and '-', '_', '.', '='."))
+        return token
+
     def clean_slurm_jwt_key(self):
         text = self.cleaned_data.get("slurm_jwt_key", "")
         if text:
@@ -109,6 +124,13 @@ class ResourcePoolAdminForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean() or {}
+        pool = self.instance
+        moved = [field for field in ("backend", "slurm_url", "slurm_partition", "slurm_user")
+                 if pool.pk and field in cleaned and cleaned[field] != getattr(pool, field)]
+        if moved and TrainingJob.objects.filter(pool=pool, slurm_job_id__isnull=False, slurm_released=False).exists():
+            # Their Slurm jobs would never be given back, nor their queued ones looked at where they are.
+            raise forms.ValidationError(_("This pool's jobs hold Slurm jobs: its backend, slurmrestd's address, "
+                                          "partition and Slurm user can change once they have ended."))
         if cleaned.get("backend") == ResourcePool.Backend.SLURM and not (
                 cleaned.get("slurm_token") or cleaned.get("slurm_jwt_key") or self.instance.sealed_slurm_token
                 or self.instance.sealed_slurm_jwt_key):

@@ -287,12 +287,19 @@ def _stop(pid: int | None, marker: str, grace: float = 10.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def _write_secret(path: Path, data: bytes) -> None:
+    # Made unreadable to others from its first byte, not chmod-ed after.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+
+
 def _start_munge(state_dir: Path) -> None:
     # munged wants its socket folder open to all (every daemon and tool signs through it), its key closed.
     folder = _folder(state_dir / "munge", MUNGE_USER, 0o755)
     key = state_dir / "munge.key"
     if not key.exists():
-        key.write_bytes(secrets.token_bytes(128))
+        _write_secret(key, secrets.token_bytes(128))
     _owned(key, MUNGE_USER, 0o400)
     pid_file = folder / "munged.pid"
     if _alive(_read_pid(pid_file), str(folder)):
@@ -339,7 +346,7 @@ def up(state_dir: Path, nodes: Sequence[SlurmNode], *, controller_address: str, 
             _folder(state_dir / name, SLURM_USER, 0o755)
         jwt_key = state_dir / "jwt.key"
         if not jwt_key.exists():
-            jwt_key.write_bytes(secrets.token_bytes(32))
+            _write_secret(jwt_key, secrets.token_bytes(32))
         _owned(jwt_key, SLURM_USER, 0o600)
         conf = state_dir / "slurm.conf"
         changed = _write_if_changed(conf, slurm_conf(state_dir, cluster, controller_address, ports, nodes, partition))

@@ -112,7 +112,7 @@ class ResourcePool(models.Model):
     slurm_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What Slurm last said of the partition's nodes ({name, state, reason, cpus, alloc_cpus, memory_mb, gres})
     # and of its accounts ({account, parent, shares, norm_shares, cpu_hours, gpu_hours, jobs, usage_share}),
-    # taken every SLURM_SNAPSHOT_SECONDS for the capacity page.
+    # renewed every 30 s (jobs.backends.slurm) for the capacity page.
     slurm_nodes = models.JSONField(default=list, blank=True, editable=False)
     slurm_accounts = models.JSONField(default=list, blank=True, editable=False)
     slurm_snapshot_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -437,8 +437,10 @@ class StopReason(models.TextChoices):
     SLURM = "slurm", _("Ended by Slurm")
 
 
-# The slurm_state the console keeps for a Slurm job that Slurm no longer knows (purged, or never seen).
+# The slurm_state the console keeps for a Slurm job that Slurm no longer knows (purged, or never seen), and
+# for one Slurm put back in its queue (a preemption or a lost node, with --requeue) while the job ran.
 SLURM_VANISHED = "VANISHED"
+SLURM_REQUEUED = "REQUEUED"
 
 
 class TrainingJob(models.Model):
@@ -648,8 +650,11 @@ class TrainingJob(models.Model):
         to run it as its next attempt, which is not one of the attempts auto restart counts."""
         if self.stop_reason != StopReason.SLURM:
             raise IllegalTransition(f"job {self.pk}: only Slurm's own stop puts a job back in the queue")
+        # Slurm requeued its job: the same Slurm job runs the next attempt. Otherwise (Slurm ended it: its
+        # preemption mode cancels, or it does not requeue on a lost node) the next attempt is submitted anew.
+        again = {} if self.slurm_state == SLURM_REQUEUED else {"slurm_job_id": None, "slurm_released": True}
         self._requeue(f"Requeued by Slurm ({reason}): attempt {self.restart_count + 2} waits for Slurm", log_seq,
-                      max_restarts=self.max_restarts + 1, stop_reason=StopReason.USER)
+                      max_restarts=self.max_restarts + 1, stop_reason=StopReason.USER, **again)
 
     def _requeue(self, message: str, log_seq: int, **fields: object) -> None:
         self.transition(JobStatus.PENDING, message,

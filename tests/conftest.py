@@ -84,13 +84,15 @@ def redis_url(redis_server):
     return redis_server.url
 
 
+LOCAL_CLUSTER_DIR = Path(f"/var/lib/training-console/test-localcluster-{RUN_ID}")
+
+
 @pytest.fixture(scope="session")
 def local_cluster():
-    state_dir = Path(f"/var/lib/training-console/test-localcluster-{RUN_ID}")
-    localcluster.down(state_dir, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
-    nodes = localcluster.up(state_dir, CLUSTER_NODES, **CLUSTER_OPTIONS)
+    localcluster.down(LOCAL_CLUSTER_DIR, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
+    nodes = localcluster.up(LOCAL_CLUSTER_DIR, CLUSTER_NODES, **CLUSTER_OPTIONS)
     yield nodes
-    localcluster.down(state_dir, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
+    localcluster.down(LOCAL_CLUSTER_DIR, bridge=CLUSTER_OPTIONS["bridge"], prefix=CLUSTER_OPTIONS["prefix"])
 
 
 def _worker_database_env() -> dict[str, str]:

@@ -165,6 +165,17 @@ class MetricDefinitionSerializer(serializers.Serializer):
         "value, a group `step` the step."))
 
 
+class SlurmFactsSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(source="slurm_job_id", read_only=True, allow_null=True,
+                                      help_text="The Slurm job's id; null for a job of the console's own pools.")
+    state = serializers.CharField(source="slurm_state", read_only=True, help_text="Slurm's state of it, as last seen.")
+    reason = serializers.CharField(source="slurm_reason", read_only=True,
+                                   help_text="Why Slurm holds it, in words, with Slurm's reason code.")
+    accounting = serializers.JSONField(source="slurm_accounting", read_only=True, help_text=(
+        "slurmdbd's record once the job ended: account, qos, state, elapsed_seconds, nodes, cpus, gpus, "
+        "cpu_hours, gpu_hours, cpu_time_used_seconds."))
+
+
 class TrainingJobSerializer(serializers.ModelSerializer):
     """A job: its writable fields are its submission, the read-only ones what became of it."""
 
@@ -194,6 +205,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True,
                                               help_text="Seconds since it started running, or that it ran.")
     waiting_reason = serializers.SerializerMethodField(help_text="Why a Pending job waits, and where it stands; else empty.")
+    slurm = SlurmFactsSerializer(source="*", read_only=True, help_text=(
+        "A job of a Slurm pool: its Slurm job, what Slurm says of it, and slurmdbd's accounting once it ended."))
     final_metrics = serializers.DictField(child=serializers.FloatField(), read_only=True,
                                           help_text="Each metric's last value read from the log.")
 
@@ -203,7 +216,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
                   "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
-                  "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason"]
+                  "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]
         read_only_fields = ["id", "status", "status_message", "command_template", "command", "hostfile", "tune_file",
                             "sshd_port", "exit_code", "stop_reason", "created_at", "started_at", "ended_at",
                             "log_line_count", "restart_count"]

@@ -17,19 +17,26 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import logging
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import jwt
+from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from jobs import allocation
 from jobs.logs.store import service_line
 from jobs.models import (
     FINAL_STATES,
+    SLURM_REQUEUED,
     SLURM_VANISHED,
     IllegalTransition,
     JobEvent,
@@ -47,7 +54,7 @@ from jobs.slurm.batch import (
     PoolValues,
     batch_request,
 )
-from jobs.slurm.rest import Credentials, JobRecord, SlurmError, SlurmRest
+from jobs.slurm.rest import Credentials, JobRecord, SlurmAuthRefused, SlurmError, SlurmRest, SlurmUnreachable
 from jobs.slurm.states import Phase, allocated_nodes, phase_of, reason_words
 
 logger = logging.getLogger(__name__)
@@ -60,7 +67,6 @@ SNAPSHOT_EVERY = timedelta(seconds=30)
 USAGE_DAYS = 7
 # How long after a job's end slurmdbd's record of it is still looked for.
 ACCOUNTING_WINDOW = timedelta(minutes=10)
-CONSOLE_JOB_NAME = re.compile(re.escape(JOB_NAME_PREFIX) + r"(\d+)")
 
 
 def credentials_for(pool: ResourcePool) -> Credentials:
@@ -102,6 +108,37 @@ def _say_slurm(job: TrainingJob, state: str, reason: str) -> None:
         job.slurm_state, job.slurm_reason = state, reason[:256]
 
 
+# What makes a pool's whole pass stop: Slurm is not there to ask, or does not take the pool's credentials.
+# Any other refusal is about one job, which is told so, and the pass goes on with the others.
+POOL_WIDE = (SlurmUnreachable, SlurmAuthRefused)
+# One pass per pool at a time (beat, wake-ups and run ends all dispatch, on a worker of many threads); a pass
+# that died holds the lock no longer than this.
+PASS_LOCK_SECONDS = 60
+# How far slurmctld's clock may be behind the console's.
+CLOCK_SKEW_S = 5
+
+
+@contextmanager
+def pool_pass(pool: ResourcePool, phase: str) -> Iterator[bool]:
+    """Run one pass of a pool (its dispatch, its watch, its release), alone, and keep any failure of it to it:
+    one pool's trouble never stops the others' passes."""
+    key = f"console:slurm-pass:{phase}:{pool.pk}"
+    if not cache.add(key, 1, PASS_LOCK_SECONDS):
+        yield False
+        return
+    try:
+        yield True
+    except POOL_WIDE as error:
+        note_pool(pool, str(error))
+    except SlurmError as error:
+        logger.warning("Slurm pool %s, %s: %s", pool.name, phase, error)
+    except Exception:  # anything else (an answer of an unexpected shape, a secret that cannot be opened)
+        logger.exception("Slurm pool %s, %s failed", pool.name, phase)
+        note_pool(pool, f"the console could not {phase} this pool's jobs; its log says why")
+    finally:
+        cache.delete(key)
+
+
 class SlurmPools:
     """The Backend of Slurm pools (see jobs.backends)."""
 
@@ -109,19 +146,22 @@ class SlurmPools:
         started: list[int] = []
         queued = TrainingJob.objects.filter(status=JobStatus.PENDING, pool__backend=ResourcePool.Backend.SLURM)
         for pool, jobs in _by_pool(queued.select_related("pool", "spec", "engine_version", "code_dir")):
-            try:
-                rest = client_for(pool)
-                unsubmitted = [job for job in jobs if job.slurm_job_id is None]
-                live = live_console_jobs(rest, pool) if unsubmitted else {}
-                for job in jobs:
-                    if job.slurm_job_id is None:
-                        submit(rest, job, live.get(job.pk))
-                    elif look_at_queued(rest, job):
-                        started.append(job.pk)
-            except SlurmError as error:
-                note_pool(pool, str(error))
-                for job in jobs:
-                    _say_slurm(job, job.slurm_state, f"Slurm cannot be reached ({error}); the job stays queued")
+            with pool_pass(pool, "dispatch") as mine:
+                if not mine:
+                    continue
+                try:
+                    rest = client_for(pool)
+                    unsubmitted = [job for job in jobs if job.slurm_job_id is None]
+                    live = live_console_jobs(rest, pool) if unsubmitted else {}
+                    for job in jobs:
+                        if job.slurm_job_id is None:
+                            submit_or_refuse(rest, job, lost_submission(job, live))
+                        elif look_at_queued(rest, job):
+                            started.append(job.pk)
+                except POOL_WIDE as error:
+                    for job in jobs:
+                        _say_slurm(job, job.slurm_state, f"Slurm cannot be reached ({error}); the job stays queued")
+                    raise
         return started
 
     def watch(self) -> list[int]:
@@ -129,14 +169,11 @@ class SlurmPools:
         held = TrainingJob.objects.filter(status__in=(JobStatus.CREATING, JobStatus.RUNNING),
                                           pool__backend=ResourcePool.Backend.SLURM, slurm_job_id__isnull=False)
         for pool, jobs in _by_pool(held.select_related("pool")):
-            try:
-                rest = client_for(pool)
-                for job in jobs:
-                    if look_at_running(rest, job):
-                        stopping.append(job.pk)
-            except SlurmError as error:
-                # Running jobs go on: Slurm being away says nothing about their nodes.
-                note_pool(pool, str(error))
+            # Running jobs go on when Slurm is away: its silence says nothing about their nodes.
+            with pool_pass(pool, "watch") as mine:
+                if mine:
+                    rest = client_for(pool)
+                    stopping += [job.pk for job in jobs if look_at_running(rest, job)]
         return stopping
 
     def release(self) -> None:
@@ -147,20 +184,37 @@ class SlurmPools:
                                    ended_at__gte=timezone.now() - ACCOUNTING_WINDOW)
         pending = dict(_by_pool((unreleased | unaccounted).select_related("pool")))
         for pool in ResourcePool.objects.filter(backend=ResourcePool.Backend.SLURM):
-            try:
+            with pool_pass(pool, "release") as mine:
+                if not mine:
+                    continue
                 rest = client_for(pool)
                 for job in pending.get(pool, []):
-                    if not job.slurm_released:
-                        give_back(rest, job)
-                    keep_accounting(rest, job)
-                cancel_strays(rest, pool)
+                    release_one(rest, job)
                 if pool.slurm_snapshot_at is None or timezone.now() - pool.slurm_snapshot_at >= SNAPSHOT_EVERY:
+                    # The sweep lists every job of the cluster: every snapshot, not every pass.
+                    cancel_strays(rest, pool)
                     take_snapshot(rest, pool)
-            except SlurmError as error:
-                note_pool(pool, str(error))
 
 
 SLURM = SlurmPools()
+
+
+def release_one(rest: SlurmRest, job: TrainingJob) -> None:
+    """Give back one ended job's allocation, then keep its accounting: either failing is this job's alone."""
+    try:
+        if not job.slurm_released:
+            give_back(rest, job)
+    except POOL_WIDE:
+        raise
+    except SlurmError as error:
+        logger.warning("job %s: giving back Slurm job %s: %s", job.pk, job.slurm_job_id, error)
+        return
+    try:
+        keep_accounting(rest, job)
+    except POOL_WIDE:
+        raise
+    except SlurmError as error:  # slurmdbd away, or a REST server without its plugin: the page waits for it
+        logger.info("job %s: no accounting yet for Slurm job %s: %s", job.pk, job.slurm_job_id, error)
 
 
 def _by_pool(jobs: Any) -> list[tuple[ResourcePool, list[TrainingJob]]]:
@@ -170,15 +224,53 @@ def _by_pool(jobs: Any) -> list[tuple[ResourcePool, list[TrainingJob]]]:
     return list(grouped.values())
 
 
-def live_console_jobs(rest: SlurmRest, pool: ResourcePool) -> dict[int, int]:
-    """The pool's Slurm jobs that wait or run under a console job's name: {console job id: Slurm job id}."""
-    live: dict[int, int] = {}
+def console_job_name(job_id: int) -> str:
+    """The name of a console job's Slurm job: this console's own prefix (made from its secret key, so two
+    consoles on one cluster, and a user who names a job alike, never pass for each other) and the job's id."""
+    return f"{JOB_NAME_PREFIX}{console_tag()}-{job_id}"
+
+
+def console_tag() -> str:
+    return hashlib.sha256(b"slurm-job-name:" + settings.SECRET_KEY.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class LiveSlurmJob:
+    slurm_id: int
+    submitted: int  # seconds since the epoch, as slurmctld says
+
+
+def live_console_jobs(rest: SlurmRest, pool: ResourcePool) -> dict[int, list[LiveSlurmJob]]:
+    """The Slurm jobs of this console that the pool's Slurm user holds, waiting or running, by the console job
+    they are named for (several, where a job's id was used again after its row was deleted)."""
+    named_for = re.compile(re.escape(f"{JOB_NAME_PREFIX}{console_tag()}-") + r"(\d+)")
+    live: dict[int, list[LiveSlurmJob]] = {}
     for record in rest.jobs():
-        named = CONSOLE_JOB_NAME.fullmatch(str(record.get("name") or ""))
-        if named and record.get("partition") == pool.slurm_partition and \
-                phase_of(record["job_state"]) in (Phase.WAITING, Phase.RUNNING):
-            live[int(named.group(1))] = record["job_id"]
+        named = named_for.fullmatch(str(record.get("name") or ""))
+        if named and record.get("user_name") == pool.slurm_user and \
+                phase_of(str(record.get("job_state") or "")) in (Phase.WAITING, Phase.RUNNING):
+            live.setdefault(int(named.group(1)), []).append(
+                LiveSlurmJob(int(record["job_id"]), int(record.get("submit_time") or 0)))
     return live
+
+
+def lost_submission(job: TrainingJob, live: dict[int, list[LiveSlurmJob]]) -> int | None:
+    """A Slurm job this job's submission made whose answer was lost: named for it and submitted after it was
+    created (one named for an earlier job of the same id, whose row was deleted, is not its own)."""
+    created = job.created_at.timestamp() - CLOCK_SKEW_S
+    own = [entry.slurm_id for entry in live.get(job.pk, []) if entry.submitted >= created]
+    return min(own) if own else None
+
+
+def submit_or_refuse(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
+    """Submit; a submission Slurm refuses (a time limit over the partition's, an account the user is not in)
+    fails this job with Slurm's own words, and the pool goes on with the others."""
+    try:
+        submit(rest, job, already)
+    except POOL_WIDE:
+        raise
+    except SlurmError as error:
+        _end_queued(job, JobStatus.FAILED, f"Slurm refused the job: {error}")
 
 
 def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
@@ -190,11 +282,16 @@ def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
     if slurm_id is None:
         limit = job.auto_stop_hours * 60 if job.auto_stop_hours else None
         slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition), HOLDER_SCRIPT,
-                                             account=pool.slurm_account, time_limit_minutes=limit))
+                                             name=console_job_name(job.pk), account=pool.slurm_account,
+                                             time_limit_minutes=limit))
     claimed = TrainingJob.objects.filter(pk=job.pk, status=JobStatus.PENDING, slurm_job_id__isnull=True).update(
         slurm_job_id=slurm_id, slurm_state="PENDING", slurm_reason=reason_words(None))
-    if not claimed:  # stopped meanwhile: the allocation must not wait for nobody
-        rest.cancel(slurm_id)
+    if not claimed:
+        # Stopped meanwhile (the allocation must not wait for nobody), or another pass claimed it first: that
+        # pass's Slurm job is the job's, and only one that is not is cancelled.
+        held = TrainingJob.objects.filter(pk=job.pk).values_list("slurm_job_id", flat=True).first()
+        if held != slurm_id:
+            rest.cancel(slurm_id)
         return
     job.slurm_job_id = slurm_id
     account = f", account {pool.slurm_account}" if pool.slurm_account else ""
@@ -267,8 +364,8 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
             return False
         state = record["job_state"]
         reason, message = _stop_words(phase, job.slurm_job_id)
-        if phase is Phase.WAITING:  # requeued before the console saw it end: a preemption or a lost node
-            state = "PREEMPTED"
+        if phase is Phase.WAITING:  # Slurm requeued it (a preemption, a lost node) before the console looked
+            state = SLURM_REQUEUED
     _say_slurm(job, state, message)
     try:
         job.begin_console_stop(reason, message)
@@ -294,7 +391,10 @@ def give_back(rest: SlurmRest, job: TrainingJob) -> None:
     """End the Slurm job of a job that ended, the way the console's job ended."""
     assert job.slurm_job_id is not None
     record = rest.job(job.slurm_job_id)
-    if record is not None and phase_of(record["job_state"]) in (Phase.WAITING, Phase.RUNNING):
+    phase = phase_of(record["job_state"]) if record is not None else None
+    if phase is Phase.WAITING:
+        rest.cancel(job.slurm_job_id)  # requeued, or never ran: no script to tell how it ended
+    elif phase is Phase.RUNNING:
         if job.status == JobStatus.COMPLETED:
             rest.signal(job.slurm_job_id, COMPLETED_SIGNAL)
         elif job.status == JobStatus.TERMINATED:
@@ -341,15 +441,17 @@ def cancel_strays(rest: SlurmRest, pool: ResourcePool) -> None:
     live = live_console_jobs(rest, pool)
     if not live:
         return
-    held = set(TrainingJob.objects.filter(pk__in=live, pool=pool).exclude(status__in=FINAL_STATES)
+    # Held by a job of any pool: two pools may share a partition (to charge two accounts, say).
+    held = set(TrainingJob.objects.filter(pk__in=live).exclude(status__in=FINAL_STATES)
                .values_list("pk", "slurm_job_id"))
     # A job being submitted right now has no Slurm id yet: the next dispatch takes this one as its own.
-    unsubmitted = set(TrainingJob.objects.filter(pk__in=live, pool=pool, status=JobStatus.PENDING,
+    unsubmitted = set(TrainingJob.objects.filter(pk__in=live, status=JobStatus.PENDING,
                                                  slurm_job_id__isnull=True).values_list("pk", flat=True))
-    for job_id, slurm_id in live.items():
-        if (job_id, slurm_id) not in held and job_id not in unsubmitted:
-            logger.warning("cancelling Slurm job %s: console job %s no longer holds it", slurm_id, job_id)
-            rest.cancel(slurm_id)
+    for job_id, entries in live.items():
+        for entry in entries:
+            if (job_id, entry.slurm_id) not in held and job_id not in unsubmitted:
+                logger.warning("cancelling Slurm job %s: console job %s no longer holds it", entry.slurm_id, job_id)
+                rest.cancel(entry.slurm_id)
 
 
 def take_snapshot(rest: SlurmRest, pool: ResourcePool) -> None:

@@ -13,6 +13,7 @@ from jobs.launch.plan import job_rank_workers
 from jobs.logs.store import service_line
 from jobs.models import (
     FINAL_STATES,
+    SLURM_REQUEUED,
     SLURM_VANISHED,
     IllegalTransition,
     JobEvent,
@@ -90,7 +91,7 @@ def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bo
 
 # What Slurm did when it stopped a running job (jobs.backends.slurm) that puts the job back in the queue:
 # Slurm requeues the same Slurm job (`--requeue`), and the console's job waits for it as its next attempt.
-SLURM_REQUEUES = frozenset({"PREEMPTED", "NODE_FAIL"})
+SLURM_REQUEUES = frozenset({SLURM_REQUEUED, "PREEMPTED", "NODE_FAIL"})
 
 
 def end_stop(job_id: int) -> bool:

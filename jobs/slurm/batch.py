@@ -38,18 +38,15 @@ COMPLETED_SIGNAL = "SIGUSR1"
 FAILED_SIGNAL = "SIGUSR2"
 
 
-# A console job's Slurm job is named for it, so that a submission whose answer was lost is found again.
+# A console job's Slurm job is named for it (with the console's own tag, jobs.backends.slurm), so that a
+# submission whose answer was lost is found again.
 JOB_NAME_PREFIX = "tc-"
 
 
-def job_name(job_id: int) -> str:
-    return f"{JOB_NAME_PREFIX}{job_id}"
-
-
-def batch_request(job: JobValues, pool: PoolValues, script: str, *, account: str = "", qos: str = "",
+def batch_request(job: JobValues, pool: PoolValues, script: str, *, name: str, account: str = "", qos: str = "",
                   time_limit_minutes: int | None = None, working_dir: str = "/tmp") -> SubmitRequest:
     description: JobDescription = {
-        "name": job_name(job.job_id),
+        "name": name,
         "partition": pool.partition,
         # An int, not the [min, max] list the v0.0.38 schema shows: 22.05 reads [2, 2] as one node.
         "nodes": job.node_count,

@@ -21,6 +21,8 @@ import requests
 
 VERSION = "v0.0.38"
 SLURM_RELEASE = "22.05"
+# A slurmrestd that does not take the connection in this long is away; one that does has this long to answer.
+CONNECT_TIMEOUT_S = 3.0
 TIMEOUT_S = 10.0
 
 
@@ -148,7 +150,8 @@ class SlurmRest:
                                    f"{datetime.fromtimestamp(expiry, UTC):%Y-%m-%d %H:%M} UTC")
         headers = {"X-SLURM-USER-NAME": self.credentials.user, "X-SLURM-USER-TOKEN": self.credentials.token}
         try:
-            response = self.session.request(method, self.url + path, json=body, headers=headers, timeout=self.timeout)
+            response = self.session.request(method, self.url + path, json=body, headers=headers,
+                                                timeout=(min(CONNECT_TIMEOUT_S, self.timeout), self.timeout))
         except requests.RequestException as error:
             raise SlurmUnreachable(f"slurmrestd at {self.url} did not answer: {type(error).__name__}") from error
         if response.status_code in (401, 403):
@@ -214,7 +217,12 @@ class SlurmRest:
         """Send a signal to every process of the job (its batch script traps the ones the console uses)."""
         if not re.fullmatch(r"SIG[A-Z0-9]+", signal):
             raise ValueError(f"not a signal name: {signal!r}")
-        self._request("DELETE", f"/slurm/{VERSION}/job/{job_id}?signal={signal}")
+        try:
+            self._request("DELETE", f"/slurm/{VERSION}/job/{job_id}?signal={signal}")
+        except SlurmError as error:
+            # Already ending: what the signal was for.
+            if not re.search(r"already completing or completed|already completed|Invalid job id", str(error)):
+                raise
 
     def nodes(self) -> list[NodeRecord]:
         return cast(list[NodeRecord], self._request("GET", f"/slurm/{VERSION}/nodes").get("nodes") or [])
@@ -237,5 +245,6 @@ class SlurmRest:
             if "not found" in str(error).lower() or "no jobs" in str(error).lower():
                 return None
             raise
+        # A requeued job has a record per run: the last is the one that ended.
         jobs = answer.get("jobs") or []
-        return cast(dict[str, Any], jobs[0]) if jobs else None
+        return cast(dict[str, Any], jobs[-1]) if jobs else None

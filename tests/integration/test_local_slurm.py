@@ -79,7 +79,8 @@ def test_the_rest_server_speaks_the_version_the_client_does(rest):
 
 def test_a_two_node_job_runs_one_task_on_each_node_and_its_exit_code_is_read(slurm, rest):
     script = f"#!/bin/bash\nsrun bash -c 'echo $SLURMD_NODENAME > {OUTPUT}/nodes-$SLURM_JOB_ID.$SLURM_PROCID'\nexit 3\n"
-    job_id = rest.submit(batch_request(values(101), PoolValues(slurm.partition), script, account="console"))
+    job_id = rest.submit(batch_request(values(101), PoolValues(slurm.partition), script, name="t",
+                                       account="console"))
     record = wait_for(rest, job_id, {Phase.FAILED, Phase.COMPLETED})
     assert phase_of(record["job_state"]) is Phase.FAILED
     assert exit_status(record.get("exit_code")).code == 3
@@ -99,7 +100,7 @@ def test_a_job_over_its_accounts_cpu_quota_waits_saying_so_then_runs_when_the_qu
     localslurm.sacctmgr(slurm.state_dir, "add", "account", "small", "GrpTRES=cpu=2")
     localslurm.sacctmgr(slurm.state_dir, "add", "user", USER, "Account=small")
     job_id = rest.submit(batch_request(values(102, cpus=2), PoolValues(slurm.partition), "#!/bin/bash\ntrue\n",
-                                       account="small"))
+                                       name="t", account="small"))
     record = wait_for(rest, job_id, {Phase.WAITING})
     deadline = time.monotonic() + WAIT_S
     while record["state_reason"] in ("None", ""):  # the scheduler's first look gives the reason
@@ -126,7 +127,8 @@ def tasks_named(name: str) -> int:
 def test_a_cancelled_job_ends_cancelled_with_none_of_its_processes_left(slurm, rest):
     marker = f"slurm-cancel-{RUN_ID}"
     script = f"#!/bin/bash\nsrun bash -c 'exec -a {marker} sleep 300'\n"
-    job_id = rest.submit(batch_request(values(103), PoolValues(slurm.partition), script, account="console"))
+    job_id = rest.submit(batch_request(values(103), PoolValues(slurm.partition), script, name="t",
+                                       account="console"))
     wait_for(rest, job_id, {Phase.RUNNING})
     deadline = time.monotonic() + WAIT_S
     while tasks_named(marker) != 2:
@@ -153,7 +155,8 @@ def test_an_expired_token_and_a_stopped_rest_server_are_each_said_in_words(slurm
         forged.nodes()
     # slurmctld answers a refused token's look at a job "Unable to find JobId": never taken for a job gone.
     job_id = SlurmRest(slurm.rest_url, Credentials(USER, localslurm.token(slurm.state_dir, USER, 60))).submit(
-        batch_request(values(104, nodes=1), PoolValues(slurm.partition), "#!/bin/bash\ntrue\n", account="console"))
+        batch_request(values(104, nodes=1), PoolValues(slurm.partition), "#!/bin/bash\ntrue\n", name="t",
+                      account="console"))
     with pytest.raises(SlurmError):
         forged.job(job_id)
     nothing = SlurmRest("http://127.0.0.1:9", Credentials(USER, localslurm.token(slurm.state_dir, USER, 60)), timeout=2)

@@ -1,6 +1,7 @@
-"""Jobs of a Slurm pool, end to end: a real Slurm allocates (jobs.localslurm on nodes of its own), the console
-launches on the nodes it gave, Celery beat's watch sees what Slurm does, and Slurm's accounting agrees with
-the console's ending."""
+"""Jobs of a Slurm pool, end to end: a real Slurm (jobs.localslurm) allocates the local cluster's two nodes, the
+console launches on the nodes it gave, Celery beat's watch sees what Slurm does, and Slurm's accounting agrees
+with the console's ending. Slurm runs on the same nodes as the console's own tests (their images are there
+already); for each test the nodes move into the Slurm pool, so the console's allocator never has them."""
 
 import base64
 import ipaddress
@@ -16,47 +17,45 @@ from console import services
 from jobs import localcluster, localslurm
 from jobs.allocation import waiting_reason
 from jobs.backends.slurm import check_pool
-from jobs.models import JobStatus, Node, ResourcePool, StopReason, TrainingJob
+from jobs.code_dirs.service import register_examples
+from jobs.images.recipes import HOROVOD, MINDSPORE
+from jobs.models import Engine, EngineVersion, JobStatus, Node, ResourcePool, StopReason, TrainingJob
 from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
 from jobs.slurm.states import Phase, phase_of
-from tests.conftest import RUN_ID, TEST_OUTPUT, web_server_env
+from tests.conftest import CLUSTER_OPTIONS, LOCAL_CLUSTER_DIR, RUN_ID, TEST_OUTPUT, web_server_env
 from tests.integration.helpers import processes_of_job_on_node, submit_program, wait_for
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(f"/var/lib/training-console/test-slurmpool-{RUN_ID}")
-CLUSTER = {"subnet": f"10.83.{RUN_ID}.0/24", "bridge": f"tcsp{RUN_ID}br", "prefix": f"tcsp{RUN_ID}n"}
+SLURM_DIR = Path(f"/var/lib/training-console/test-slurmpool-{RUN_ID}")
 USER = "ma-user"
 WAIT_S = 120.0
 
 
-def slurm_nodes(made, namespaces) -> list[localslurm.SlurmNode]:
-    # Named apart from the console's own local cluster (node-0, node-1): node names are unique in the console.
-    return [localslurm.SlurmNode(f"slurm-{index}", node.address, namespaces[node.name], 4, 4096)
-            for index, node in enumerate(made)]
+def bring_up_slurm() -> localslurm.LocalSlurm:
+    """Slurm on the local cluster's nodes, named as the console names them (idempotent: a second call restarts
+    only what is not running)."""
+    nodes = [localslurm.SlurmNode(entry.name, entry.address, entry.namespace, 4, 4096)
+             for entry in localcluster.status(LOCAL_CLUSTER_DIR)]
+    gateway = str(ipaddress.ip_network(CLUSTER_OPTIONS["subnet"]).network_address + 1)
+    return localslurm.up(SLURM_DIR, nodes, controller_address=gateway, cluster=f"pool{RUN_ID}",
+                         base_port=18000 + 10 * RUN_ID, users=[USER])
 
 
 @pytest.fixture(scope="module")
-def slurm_site(redis_url, celery_worker, tmp_path_factory):
-    """A Slurm on two nodes of its own, and Celery beat (the watch runs every second), for the module."""
-    localslurm.down(ROOT / "slurm")
-    localcluster.down(ROOT / "cluster", bridge=CLUSTER["bridge"], prefix=CLUSTER["prefix"])
-    made = localcluster.up(ROOT / "cluster", 2, **CLUSTER)
-    namespaces = {entry.name: entry.namespace for entry in localcluster.status(ROOT / "cluster")}
-    gateway = str(ipaddress.ip_network(CLUSTER["subnet"]).network_address + 1)
-    slurm = localslurm.up(ROOT / "slurm", slurm_nodes(made, namespaces),
-                          controller_address=gateway, cluster=f"pool{RUN_ID}", base_port=18000 + 10 * RUN_ID,
-                          users=[USER])
+def slurm_site(redis_url, celery_worker, local_cluster, tmp_path_factory):
+    """A Slurm on the local cluster's two nodes, and Celery beat (the watch runs every second), for the module."""
+    localslurm.down(SLURM_DIR)
+    slurm = bring_up_slurm()
     beat_dir = tmp_path_factory.mktemp("beat")
     beat = services.start_celery_beat({**web_server_env(redis_url), "SLURM_WATCH_SECONDS": "1"},
                                       beat_dir / "beat.log")
     try:
-        yield {"slurm": slurm, "nodes": made, "namespaces": namespaces}
+        yield {"slurm": slurm, "nodes": local_cluster}
     finally:
         services.stop(beat)
-        localslurm.down(ROOT / "slurm")
-        localcluster.down(ROOT / "cluster", bridge=CLUSTER["bridge"], prefix=CLUSTER["prefix"])
+        localslurm.down(SLURM_DIR)
         (TEST_OUTPUT / f"slurm-beat-{RUN_ID}.log").write_bytes((beat_dir / "beat.log").read_bytes())
 
 
@@ -70,11 +69,7 @@ def slurm_pool(console, slurm_site):
                         sealed_slurm_jwt_key=seal_secret(base64.b64encode(localslurm.jwt_key(slurm.state_dir)).decode()))
     pool.full_clean()
     pool.save()
-    for index, local in enumerate(slurm_site["nodes"]):
-        node = Node(name=f"slurm-{index}", address=local.address, ssh_port=local.ssh_port, ssh_user=local.ssh_user,
-                    host_key=local.host_public_key, spec=console["spec"], pool=pool)
-        node.private_key = local.private_key_path.read_text()
-        node.save()
+    Node.objects.filter(pk__in=[node.pk for node in console["nodes"]]).update(pool=pool)
     return pool
 
 
@@ -111,7 +106,7 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
     job = submit_program(api, "numbered.py", pool="slurm", parameters=[{"name": "count", "value": "20"}])
     job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
     assert job.slurm_job_id
-    assert sorted(job.workers.values_list("node__pool__name", "node_name")) == [("slurm", "slurm-0"), ("slurm", "slurm-1")]
+    assert sorted(job.workers.values_list("node__pool__name", "node_name")) == [("slurm", "node-0"), ("slurm", "node-1")]
     assert job.log_lines.filter(text__startswith="SEQ ").count() == 2 * 2 * 20  # 2 nodes x 2 slots x 20
     # The console's end is Slurm's: the holder is told the job completed, and slurmdbd records it so.
     wait_until("Slurm records the job COMPLETED", lambda: slurm_state(slurm_site, job.slurm_job_id) == "COMPLETED")
@@ -124,9 +119,36 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
         (row for row in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_accounts
          if row["account"] == "console" and row["jobs"] >= 1), None), timeout=WAIT_S)
     assert snapshot["shares"] >= 1
-    assert sorted(node["name"] for node in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_nodes) == ["slurm-0", "slurm-1"]
+    assert sorted(node["name"] for node in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_nodes) == ["node-0", "node-1"]
     assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
     no_container_left(slurm_site, job)
+    # Its pages, as its owner sees them: the job page with its Slurm facts, its log, the capacity page.
+    browser = Client()
+    browser.force_login(job.owner)
+    page = browser.get(f"/jobs/{job.pk}").content.decode()
+    assert f"{job.slurm_job_id} · COMPLETED" in page or f"{job.slurm_job_id} · RUNNING" in page
+    assert "account console, QOS" in page
+    assert api.get(f"/api/v1/training-jobs/{job.pk}/log?offset=0").status_code == 200
+    assert "Slurm partition batch" in browser.get("/capacity").content.decode()
+
+
+@pytest.mark.parametrize(("engine", "recipe", "code_dir"), [("Horovod", HOROVOD, "horovod-train"),
+                                                          ("MindSpore-GPU", MINDSPORE, "mindspore-train")])
+def test_the_horovod_and_mindspore_examples_train_on_the_two_nodes_slurm_gave(
+        api, slurm_pool, slurm_site, request, engine, recipe, code_dir):
+    image = request.getfixturevalue("horovod_image" if recipe is HOROVOD else "mindspore_image")
+    version = EngineVersion.objects.create(engine=Engine.objects.create(name=engine), version=recipe.version,
+                                           image=image, python=recipe.python)
+    register_examples()
+    body = {"name": code_dir, "engine": version.version, "spec": "local-cpu", "node_count": 2, "pool": "slurm",
+            "code_dir": code_dir, "boot_file": "train.py", "parameters": [{"name": "steps", "value": "3"}]}
+    response = api.post("/api/v1/training-jobs", body, format="json")
+    assert response.status_code == 201, response.content
+    job = wait_for(TrainingJob.objects.get(pk=response.json()["id"]), [JobStatus.COMPLETED], timeout=WAIT_S * 3)
+    assert job.slurm_job_id and sorted(job.workers.values_list("node_name", flat=True)) == ["node-0", "node-1"]
+    ranks = {line.rank for line in job.log_lines.filter(rank__isnull=False, text__contains="checksum")}
+    assert ranks == {0, 1, 2, 3}, f"each of the 4 ranks prints its checksum: {ranks}"
+    wait_until("Slurm records the job COMPLETED", lambda: slurm_state(slurm_site, job.slurm_job_id) == "COMPLETED")
 
 
 def running_long_job(api) -> TrainingJob:
@@ -187,10 +209,7 @@ def test_slurm_away_keeps_a_job_queued_saying_so_and_it_runs_when_slurm_is_back(
         slurm_pool.refresh_from_db()
         assert "did not answer" in slurm_pool.slurm_status
     finally:
-        slurm = slurm_site["slurm"]
-        localslurm.up(slurm.state_dir, slurm_nodes(slurm_site["nodes"], slurm_site["namespaces"]),
-                      controller_address=str(ipaddress.ip_network(CLUSTER["subnet"]).network_address + 1),
-                      cluster=f"pool{RUN_ID}", base_port=18000 + 10 * RUN_ID, users=[USER])
+        bring_up_slurm()
     wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
 
 

@@ -183,7 +183,7 @@ def job_values(gpus: int = 0) -> JobValues:
 
 
 def test_a_batch_job_asks_each_node_for_the_specs_share_and_is_requeued_rather_than_lost():
-    request = batch_request(job_values(), PoolValues("gpu"), "#!/bin/bash\n", account="vision", qos="high",
+    request = batch_request(job_values(), PoolValues("gpu"), "#!/bin/bash\n", name="tc-12", account="vision", qos="high",
                             time_limit_minutes=90)
     job = request["job"]
     assert (job["name"], job["partition"], job["nodes"], job["tasks_per_node"]) == ("tc-12", "gpu", 2, 1)
@@ -193,6 +193,6 @@ def test_a_batch_job_asks_each_node_for_the_specs_share_and_is_requeued_rather_t
 
 
 def test_gpus_become_gres_per_node_and_an_exclusive_pool_asks_for_whole_nodes():
-    job = batch_request(job_values(gpus=8), PoolValues("gpu", exclusive=True), "#!/bin/bash\n")["job"]
+    job = batch_request(job_values(gpus=8), PoolValues("gpu", exclusive=True), "#!/bin/bash\n", name="tc-12")["job"]
     assert (job["gres"], job["exclusive"]) == ("gpu:8", "true")
     assert "account" not in job and "qos" not in job and "time_limit" not in job

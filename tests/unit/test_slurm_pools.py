@@ -122,3 +122,21 @@ def test_the_capacity_page_shows_a_slurm_pools_nodes_and_accounts_as_slurm_last_
     assert "Slurm partition gpu" in page and "reachable: Slurm 22.05.8" in page
     assert "<th scope=\"row\">gpu-7</th><td>drain</td><td>bad DIMM</td><td>0 / 64</td>" in page
     assert "<th scope=\"row\">vision</th><td>root</td><td>40</td><td>0.4</td><td>3</td><td>12.5</td><td>3.0</td><td>0.7</td>" in page
+
+
+def test_a_pool_whose_jobs_hold_slurm_jobs_keeps_its_partition_until_they_end(admin_client, make_job, owner):
+    admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN})
+    pool = ResourcePool.objects.get(name="gpu-slurm")
+    job = make_job(owner=owner)
+    TrainingJob.objects.filter(pk=job.pk).update(pool=pool, slurm_job_id=12)
+    answer = admin_client.post(f"/admin/jobs/resourcepool/{pool.pk}/change/", {**FIELDS, "slurm_partition": "other"})
+    assert "can change once they have ended" in answer.content.decode()
+    TrainingJob.objects.filter(pk=job.pk).update(slurm_released=True)
+    answer = admin_client.post(f"/admin/jobs/resourcepool/{pool.pk}/change/", {**FIELDS, "slurm_partition": "other"})
+    assert answer.status_code == 302
+
+
+@pytest.mark.parametrize(("user", "error"), [("root", "does not submit as root"), ("Bad User", "Unix account name")])
+def test_the_slurm_user_is_a_plain_account_and_never_root(admin_client, user, error):
+    answer = admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN, "slurm_user": user})
+    assert error in answer.content.decode()

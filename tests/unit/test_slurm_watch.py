@@ -3,9 +3,19 @@ boundary: each Slurm ending stops the console's job with its own reason, and the
 (a time limit is an auto stop, a preemption or a lost node puts the job back in the queue, a job Slurm
 forgot ends Abnormal)."""
 
+from unittest.mock import patch
+
 import pytest
 
-from jobs.backends.slurm import look_at_queued, look_at_running
+from jobs.backends.slurm import (
+    SLURM,
+    LiveSlurmJob,
+    cancel_strays,
+    console_job_name,
+    look_at_queued,
+    look_at_running,
+    lost_submission,
+)
 from jobs.models import SLURM_VANISHED, JobStatus, ResourcePool, StopReason, TrainingJob
 from jobs.runtime.ending import end_stop
 from tests.unit.test_slurm_client import client
@@ -47,23 +57,28 @@ def test_what_slurm_ended_stops_the_job_saying_why(make_job, owner, state, reaso
         JobStatus.TERMINATING, reason, words, state)
 
 
-def test_a_job_requeued_before_the_console_looked_counts_as_preempted(make_job, owner):
+def test_a_job_slurm_requeued_before_the_console_looked_is_stopped_as_requeued(make_job, owner):
     job = running_job(make_job, owner)
     assert look_at_running(slurm_says("PENDING", "BeginTime"), job) is True
     job.refresh_from_db()
-    assert (job.slurm_state, job.stop_reason) == ("PREEMPTED", StopReason.SLURM)
+    assert (job.slurm_state, job.stop_reason) == ("REQUEUED", StopReason.SLURM)
 
 
-@pytest.mark.parametrize("state", ["PREEMPTED", "NODE_FAIL"])
-def test_a_job_slurm_took_back_waits_in_the_queue_as_its_next_attempt_without_using_a_restart(make_job, owner, state):
+@pytest.mark.parametrize(("slurm", "same_slurm_job"), [
+    (("PENDING", "BeginTime"), True),  # Slurm requeued it: the same Slurm job runs the next attempt
+    (("PREEMPTED", "None"), False),    # Slurm ended it (its preemption mode cancels): submitted anew
+    (("NODE_FAIL", "None"), False),
+])
+def test_a_job_slurm_took_back_waits_in_the_queue_as_its_next_attempt_without_using_a_restart(
+        make_job, owner, slurm, same_slurm_job):
     job = running_job(make_job, owner)
-    look_at_running(slurm_says(state), job)
+    look_at_running(slurm_says(*slurm), job)
     assert end_stop(job.pk) is True
     job.refresh_from_db()
     assert (job.status, job.restart_count, job.stop_reason) == (JobStatus.PENDING, 1, StopReason.USER)
     assert job.max_restarts == 1  # the auto restarts it had are all still there
     assert job.status_message.startswith("Requeued by Slurm (Slurm ")
-    assert job.slurm_job_id == 77  # Slurm runs the same job again
+    assert job.slurm_job_id == (77 if same_slurm_job else None)
 
 
 def test_a_job_slurm_forgot_ends_abnormal_saying_so(make_job, owner):
@@ -101,3 +116,76 @@ def test_a_queued_job_cancelled_in_slurm_ends_terminated_saying_so(make_job, own
     look_at_queued(slurm_says("CANCELLED"), job)
     job.refresh_from_db()
     assert (job.status, job.status_message) == (JobStatus.TERMINATED, "Slurm cancelled its job 77 before it ran")
+
+
+def slurm_listing(*records) -> dict:
+    return {"errors": [], "jobs": list(records)}
+
+
+def test_a_slurm_job_named_for_an_earlier_job_of_the_same_id_is_not_taken_as_this_ones(make_job, owner):
+    job = running_job(make_job, owner)
+    created = int(job.created_at.timestamp())
+    live = {job.pk: [LiveSlurmJob(5, created - 600), LiveSlurmJob(9, created + 2)]}
+    assert lost_submission(job, live) == 9
+    assert lost_submission(job, {job.pk: [LiveSlurmJob(5, created - 600)]}) is None
+
+
+def test_a_pools_sweep_leaves_the_slurm_jobs_another_pool_holds_on_the_same_partition(make_job, owner):
+    mine = running_job(make_job, owner, slurm_id=77)
+    other_pool = ResourcePool.objects.create(name="slurm-q", backend=ResourcePool.Backend.SLURM,
+                                             slurm_partition="batch", slurm_user="svc")
+    theirs = make_job(owner=owner, status=JobStatus.RUNNING)
+    TrainingJob.objects.filter(pk=theirs.pk).update(pool=other_pool, slurm_job_id=78)
+    ResourcePool.objects.filter(pk=mine.pool_id).update(slurm_partition="batch", slurm_user="svc")
+    stray_id = mine.pk + theirs.pk + 100
+    listing = slurm_listing(*[{"job_id": slurm_id, "name": console_job_name(job_id), "user_name": "svc",
+                               "job_state": "RUNNING", "state_reason": "None", "partition": "batch"}
+                              for job_id, slurm_id in ((mine.pk, 77), (theirs.pk, 78), (stray_id, 79))],
+                            # A cluster user's job of the same name is not the console's to cancel.
+                            {"job_id": 80, "name": console_job_name(stray_id), "user_name": "someone",
+                             "job_state": "RUNNING", "state_reason": "None", "partition": "batch"})
+    rest, fake = client({("GET", "/slurm/v0.0.38/jobs"): (200, listing),
+                         ("DELETE", "/slurm/v0.0.38/job/79"): (200, {"errors": []})})
+    cancel_strays(rest, ResourcePool.objects.get(pk=mine.pool_id))
+    assert [(request.method, request.path_url) for request in fake.requests if request.method == "DELETE"] == [
+        ("DELETE", "/slurm/v0.0.38/job/79")]
+
+
+def test_a_submission_slurm_refuses_fails_that_job_alone_and_the_pool_goes_on(make_job, owner):
+    first = running_job(make_job, owner)
+    TrainingJob.objects.filter(pk=first.pk).update(status=JobStatus.PENDING, slurm_job_id=None)
+    second = make_job(owner=owner)
+    TrainingJob.objects.filter(pk=second.pk).update(pool=first.pool_id, slurm_job_id=55)
+    refused = {"errors": [{"error": "Requested time limit is invalid (missing or exceeds some limit)"}]}
+    rest, _ = client({("GET", "/slurm/v0.0.38/jobs"): (200, slurm_listing()),
+                      ("POST", "/slurm/v0.0.38/job/submit"): (500, refused),
+                      ("GET", "/slurm/v0.0.38/job/55"): (200, slurm_listing(
+                          {"job_id": 55, "job_state": "PENDING", "state_reason": "Priority"}))})
+    pool = ResourcePool.objects.get(pk=first.pool_id)
+    with patch("jobs.backends.slurm.client_for", return_value=rest):
+        assert SLURM.dispatch() == []
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, first.status_message) == (
+        JobStatus.FAILED, "Slurm refused the job: Requested time limit is invalid (missing or exceeds some limit)")
+    assert second.slurm_reason == "waiting for higher-priority jobs (Priority)"
+    pool.refresh_from_db()
+    assert pool.slurm_status == ""  # the pool itself is fine
+
+
+def test_one_pools_failure_does_not_stop_the_others_being_watched(make_job, owner):
+    broken = running_job(make_job, owner, slurm_id=77)
+    healthy_pool = ResourcePool.objects.create(name="slurm-ok", backend=ResourcePool.Backend.SLURM)
+    healthy = make_job(owner=owner, status=JobStatus.RUNNING)
+    TrainingJob.objects.filter(pk=healthy.pk).update(pool=healthy_pool, slurm_job_id=88)
+    cancelled = client({("GET", "/slurm/v0.0.38/job/88"): (200, slurm_listing(
+        {"job_id": 88, "job_state": "CANCELLED", "state_reason": "None"}))})[0]
+
+    def client_of(pool):
+        if pool.pk == broken.pool_id:
+            raise ValueError("a secret no key opens")
+        return cancelled
+
+    with patch("jobs.backends.slurm.client_for", side_effect=client_of):
+        assert SLURM.watch() == [healthy.pk]
+    assert ResourcePool.objects.get(pk=broken.pool_id).slurm_status.startswith("the console could not watch")
