@@ -527,6 +527,9 @@ class TrainingJob(models.Model):
     slurm_state = models.CharField(max_length=32, blank=True, editable=False)
     slurm_reason = models.CharField(max_length=256, blank=True, editable=False)
     slurm_released = models.BooleanField(default=False, editable=False)
+    # Slurm's restart count of its job when the console took its nodes: a higher one while the job runs means
+    # Slurm requeued and started it again meanwhile (a preemption the watch did not see, Slurm being away).
+    slurm_restarts = models.PositiveIntegerField(default=0, editable=False)
     slurm_accounting = models.JSONField(default=dict, blank=True, editable=False)
 
     class Meta:

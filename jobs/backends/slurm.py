@@ -343,6 +343,7 @@ def _take_nodes(rest: SlurmRest, job: TrainingJob, record: JobRecord) -> bool:
         _end_queued(job, JobStatus.FAILED, message)
         return False
     _say_slurm(job, record["job_state"], f"running on {', '.join(names)}")
+    TrainingJob.objects.filter(pk=job.pk).update(slurm_restarts=int(record.get("restart_cnt") or 0))
     outcome = allocation.assign(job, [nodes[name] for name in names])
     if outcome is not allocation.Outcome.ALLOCATED:
         # A node still held by the console's last run on it: taken at the next look, once it is released.
@@ -360,7 +361,10 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
         state, reason, message = SLURM_VANISHED, StopReason.SLURM, f"Slurm no longer knows its job {job.slurm_job_id}"
     else:
         phase = phase_of(record["job_state"])
-        if phase is Phase.RUNNING:
+        if phase is Phase.RUNNING and int(record.get("restart_cnt") or 0) > job.slurm_restarts:
+            # Requeued and running again since the console took its nodes: they may be other nodes now.
+            phase = Phase.WAITING
+        elif phase is Phase.RUNNING:
             return False
         state = record["job_state"]
         reason, message = _stop_words(phase, job.slurm_job_id)

@@ -189,3 +189,12 @@ def test_one_pools_failure_does_not_stop_the_others_being_watched(make_job, owne
     with patch("jobs.backends.slurm.client_for", side_effect=client_of):
         assert SLURM.watch() == [healthy.pk]
     assert ResourcePool.objects.get(pk=broken.pool_id).slurm_status.startswith("the console could not watch")
+
+
+def test_a_job_slurm_requeued_and_ran_again_while_the_console_did_not_look_is_stopped_as_requeued(make_job, owner):
+    job = running_job(make_job, owner)
+    record = {"job_id": 77, "job_state": "RUNNING", "state_reason": "None", "restart_cnt": 1}
+    rest = client({("GET", "/slurm/v0.0.38/job/77"): (200, {"errors": [], "jobs": [record]})})[0]
+    assert look_at_running(rest, job) is True
+    job.refresh_from_db()
+    assert (job.status, job.slurm_state) == (JobStatus.TERMINATING, "REQUEUED")
