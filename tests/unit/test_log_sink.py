@@ -118,7 +118,7 @@ def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(
             async def watch():
                 nonlocal peak
                 while True:
-                    buffered = len(sink.batch) + sum(len(batch) for batch, _dropped in sink.queue._queue)
+                    buffered = len(sink.batch) + sum(len(batch) for batch, _dropped, _mark in sink.queue._queue)
                     peak = max(peak, buffered)
                     await asyncio.sleep(0)
 
@@ -128,7 +128,8 @@ def test_readers_wait_while_the_writer_is_behind_so_buffered_lines_stay_bounded(
 
     asyncio.run(run())
     assert job.log_lines.count() == 2000
-    assert peak <= (PENDING_BATCHES + 1) * 20 + 1
+    # Batches were seen waiting (the watcher looked while the writer was behind), and never more than the queue holds.
+    assert 20 < peak <= (PENDING_BATCHES + 1) * 20 + 1
 
 
 @pytest.mark.django_db(transaction=True)
