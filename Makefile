@@ -40,7 +40,7 @@ images: venv
 
 # `make run SLURM=1` also brings up a local Slurm on nodes of its own (see README, "Slurm").
 run: venv messages images
-	@if [ -n "$(SLURM)" ]; then $(PY) manage.py localslurm up; fi
+	@if [ -n "$(SLURM)" ]; then $(PY) manage.py migrate -v 0 && $(PY) manage.py localslurm up; fi
 	$(PY) manage.py runconsole
 
 # The guard rails: Django's checks, no missing migration, lint, types (mypy.ini keeps today's baseline),
