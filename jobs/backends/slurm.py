@@ -415,7 +415,9 @@ def keep_accounting(rest: SlurmRest, job: TrainingJob) -> None:
     state = ((record or {}).get("state") or {}).get("current", "")
     if record is None or state in ("", "PENDING", "RUNNING", "REQUEUED"):
         return  # slurmdbd has not heard of its end yet: the next pass looks again
-    TrainingJob.objects.filter(pk=job.pk).update(slurm_accounting=accounting_summary(record))
+    # Slurm's last word on the job replaces what the watch saw while it ran.
+    TrainingJob.objects.filter(pk=job.pk).update(slurm_accounting=accounting_summary(record), slurm_state=state,
+                                                 slurm_reason="")
 
 
 def accounting_summary(record: dict[str, Any]) -> dict[str, Any]:
