@@ -14,7 +14,7 @@ from django.db import transaction
 
 from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
-from jobs.models import Node
+from jobs.models import Node, ResourcePool
 from jobs.runtime import node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
 
@@ -35,6 +35,9 @@ def watch_slurm_jobs() -> list[int]:
     """What a backend did on its side, seen within seconds: queued jobs it started get their runs (the
     dispatch), jobs it ended are stopped (their runs end their containers themselves, and a stop task covers
     a job no live run follows), and what ended jobs still hold is given back."""
+    # Beat runs this every few seconds on every console: one with no Slurm pool has nothing to look at.
+    if not ResourcePool.objects.filter(backend=ResourcePool.Backend.SLURM).exists():
+        return []
     dispatch_pending_jobs()
     stopping = backends.watch()
     for job_id in stopping:

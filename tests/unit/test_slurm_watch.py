@@ -198,3 +198,15 @@ def test_a_job_slurm_requeued_and_ran_again_while_the_console_did_not_look_is_st
     assert look_at_running(rest, job) is True
     job.refresh_from_db()
     assert (job.status, job.slurm_state) == (JobStatus.TERMINATING, "REQUEUED")
+
+
+def test_the_watch_does_nothing_on_a_console_without_a_slurm_pool(make_job, owner):
+    from jobs.tasks import watch_slurm_jobs
+    from tests.fixtures import add_nodes
+
+    job = make_job(owner=owner, node_count=1)
+    add_nodes(job.spec, 1, prefix="free")
+    assert watch_slurm_jobs() == []
+    job.refresh_from_db()
+    # Not even dispatched: the periodic dispatch and the wake-ups do that for the console's own pools.
+    assert job.status == JobStatus.PENDING
