@@ -2,7 +2,8 @@
 
 What counts as a secret: a variable or parameter whose name starts with CRED or holds a word such
 as PASSWORD, TOKEN or KEY, and any value that reads like a key (a PEM block, a long random-looking
-string). The stored job keeps its real values; only what is displayed is masked.
+string) unless it is a hex identifier under a name saying so (`--run_id=<uuid>`). The stored job keeps
+its real values; only what is displayed is masked.
 """
 
 import math
@@ -21,6 +22,10 @@ SECRET_NAME_WORDS = {
 # Long runs of key-like characters holding both letters and digits (access keys, tokens, hashes).
 KEY_LIKE_VALUE = re.compile(r"^(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9+/=_\-.]{32,}$")
 HEX = re.compile(r"[0-9a-fA-F]+")
+# An identifier written in hex, dashes allowed: a UUID with or without its dashes, a run or trace id.
+HEX_IDENTIFIER = re.compile(r"[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*")
+# Words of a name saying its value is an identifier (run_id, --job-id, RUN_UUID, runId), not key material.
+IDENTIFIER_NAME_WORDS = {"ID", "IDS", "UUID", "GUID", "RUNID", "JOBID", "TRIALID", "TRACEID"}
 SECRET_VALUE_PREFIXES = ("-----BEGIN", "ghp_", "github_pat_", "xox", "sk-", "AKIA")
 # One shell word as shlex.join writes it: unquoted runs, '…' and "…" pieces, glued together.
 SHELL_WORD = re.compile(r"""(?:[^\s'"\\]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""")
@@ -32,6 +37,21 @@ def secret_name(name: str) -> bool:
     if upper.startswith("CRED"):
         return True
     return any(word in SECRET_NAME_WORDS for word in re.split(r"[_\-.]+", upper))
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a name, split at separators and at camelCase humps (runId gives RUN and ID)."""
+    return re.split(r"[_\-.]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper())
+
+
+def hex_identifier(name: str, value: str) -> bool:
+    """Whether the value is a hex identifier (a UUID, a run id) under a name saying it is one.
+
+    Such a value reads as random as a hex key, so only its name tells it apart: `--run_id=<uuid hex>` is
+    shown, the same hex under any other name is still taken for a key.
+    """
+    return bool(HEX_IDENTIFIER.fullmatch(value.strip())) and any(
+        word in IDENTIFIER_NAME_WORDS for word in name_words(name))
 
 
 def secret_value(value: str) -> bool:
@@ -57,7 +77,7 @@ def random_looking(text: str) -> bool:
 
 
 def looks_secret(name: str, value: str) -> bool:
-    return secret_name(name) or secret_value(value)
+    return secret_name(name) or (secret_value(value) and not hex_identifier(name, value))
 
 
 def masked(name: str, value: str) -> str:

@@ -38,6 +38,18 @@ def test_random_key_material_is_masked_whatever_its_name():
     assert masked("NOTE", "q8Zr4kT1vB9xN2mW7pL5sD3fH6jK0aQe") == MASK
 
 
+def test_a_hex_or_uuid_run_id_is_shown_but_the_same_hex_under_another_name_is_still_masked():
+    for run_id in ("3f2a9c4e8b7d4e1fa6c05b9d2e8f7a13", "3f2a9c4e-8b7d-4e1f-a6c0-5b9d2e8f7a13",
+                   "3f2a9c4e8b7d4e1fa6c05b9d2e8f7a13c0de", "3F2A9C4E8B7D4E1FA6C05B9D2E8F7A13"):
+        for name in ("run_id", "RUN_ID", "job-id", "runId", "trace_uuid"):
+            assert masked(name, run_id) == run_id, (name, run_id)
+        command = shlex.join(["python", "train.py", f"--run_id={run_id}", "--api_key=" + run_id])
+        assert mask_shell_text(command) == f"python train.py --run_id={run_id} --api_key={MASK}"
+    assert masked("UPLOAD", "3f2a9c4e8b7d4e1fa6c05b9d2e8f7a13") == MASK, "hex under a name that says nothing"
+    assert masked("run_id", "q8Zr4kT1vB9xN2mW7pL5sD3fH6jK0aQe") == MASK, "an id name does not excuse non-hex key material"
+    assert masked("client_id", "AKIAIOSFODNN7EXAMPLEAKIAIOSFODNN7EXAMPLE") == MASK
+
+
 def test_a_command_keeps_its_shape_and_loses_only_secret_values():
     command = shlex.join(["mpirun", "-np", "4", "-x", "NCCL_DEBUG=INFO", "-x", "CRED_TOKEN=abc def",
                           "python", "/x/train.py", "--lr=0.1", "--api_key=it's secret"])
