@@ -11,6 +11,7 @@ from jobs.launch.command_builder import JOB_DIR
 from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
 from jobs.launch.plan import worker_environment_for
 from jobs.models import JobStatus, TrainingJob, WorkerState
+from jobs.results.recording import launched_rank_workers
 
 # Keyed by the status's value: a JobStatus is a str, and callers pass either.
 STATE_BADGES: dict[str, str] = {
@@ -36,7 +37,8 @@ class JobDisplay:
     parameters: list[ShownVariable]
     processes: int
     worker_indexes: list[int]
-    ranks: list[int]
+    # Each rank with the worker it runs on, so that the log's Rank list follows the chosen worker.
+    ranks: list[tuple[int, int]]
     working_dir: str
     waiting_reason: str
     extra_args: str
@@ -48,6 +50,11 @@ def worker0_environment(job: TrainingJob) -> dict[str, str]:
     if not addresses:
         return dict(job.env)
     return worker_environment_for(job.launch_values(), 0, addresses)
+
+
+def rank_choices(job: TrainingJob) -> list[tuple[int, int]]:
+    """(rank, worker) for each of the job's ranks, where its launch put them (or will put them)."""
+    return list(enumerate(launched_rank_workers(job)))
 
 
 def display(job: TrainingJob) -> JobDisplay:
@@ -63,7 +70,7 @@ def display(job: TrainingJob) -> JobDisplay:
         parameters=shown_variables(parameters, parameters),
         processes=processes,
         worker_indexes=list(range(job.node_count)),
-        ranks=list(range(processes)),
+        ranks=rank_choices(job),
         working_dir=f"{JOB_DIR}/{job.code_dir.name}",
         waiting_reason=waiting_reason(job),
         extra_args=mask_shell_text(job.extra_args),

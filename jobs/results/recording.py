@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from jobs.launch.plan import worker_of_rank
+from jobs.launch.plan import job_rank_workers, worker_of_rank
 from jobs.models import JobStatus, LogLine, LogStream, RankOutcome, TrainingJob, Worker
 from jobs.results.failure_card import (
     NCCL_ERROR,
@@ -15,6 +15,16 @@ from jobs.results.failure_card import (
 )
 from jobs.results.mpirun_report import parse_mpirun_output
 from jobs.results.rank_records import RankRecord
+
+
+def launched_rank_workers(job: TrainingJob) -> tuple[int, ...]:
+    """Where the job's ranks were put when it was launched (kept with its cursor); computed from the job as
+    the plan did for a job whose run recorded no placement (one that never launched, or launched before
+    the placement was kept)."""
+    kept = (job.launch_cursor or {}).get("rank_workers")
+    if isinstance(kept, list) and kept and all(isinstance(worker, int) for worker in kept):
+        return tuple(kept)
+    return job_rank_workers(job.launch_values())
 
 
 def record_rank_records(job_id: int, records: list[RankRecord], rank_workers: Sequence[int]) -> None:

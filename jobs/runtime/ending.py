@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from django.db import transaction
 
 from jobs.allocation import release_nodes
-from jobs.launch.plan import job_rank_workers
 from jobs.logs.store import service_line
 from jobs.models import (
     FINAL_STATES,
@@ -24,6 +23,7 @@ from jobs.models import (
     TrainingJob,
     Worker,
 )
+from jobs.results.recording import launched_rank_workers as launched_rank_workers  # the run imports it from here
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
 
@@ -149,13 +149,3 @@ def restart(job_id: int) -> bool:
                                 message=f"Attempt {job.attempt - 1} failed ({reason}); attempt {job.attempt} queued")
     service_line(job_id, f"Auto restart: attempt {job.attempt} of {job.max_restarts + 1} queued after: {reason}")
     return True
-
-
-def launched_rank_workers(job: TrainingJob) -> tuple[int, ...]:
-    """Where the job's ranks were put when it was launched (kept with its cursor); computed from the job as
-    the plan did for a job whose run recorded no placement (one that never launched, or launched before
-    the placement was kept)."""
-    kept = (job.launch_cursor or {}).get("rank_workers")
-    if isinstance(kept, list) and kept and all(isinstance(worker, int) for worker in kept):
-        return tuple(kept)
-    return job_rank_workers(job.launch_values())

@@ -17,7 +17,8 @@ from django.utils import timezone
 from jobs.launch.plan import worker_plans
 from jobs.logs.store import service_line
 from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob, workers_launch_values
-from jobs.runtime.ending import launched_rank_workers, record_teardown, settle, unclean_workers
+from jobs.results.recording import launched_rank_workers
+from jobs.runtime.ending import record_teardown, settle, unclean_workers
 from jobs.runtime.ownership import owner_is_gone
 from jobs.runtime.teardown import teardown_all
 

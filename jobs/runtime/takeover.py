@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from jobs.launch.plan import KeyPair, plan_job
 from jobs.models import JobStatus, TrainingJob, workers_launch_values
-from jobs.runtime.ending import launched_rank_workers
+from jobs.results.recording import launched_rank_workers
 from jobs.runtime.run import JobRun, in_own_context, new_owner
 from jobs.secret_box import open_secret
 

@@ -39,6 +39,7 @@
       this.loadingOlder = false;
       this.pending = [];
       this.flushTimer = null;
+      this.worker.addEventListener("change", () => this.offerWorkerRanks());
       [this.worker, this.rank, this.system].forEach((control) => control.addEventListener("change", () => this.reset()));
       this.search.addEventListener("input", () => {
         clearTimeout(this.searchTimer);
@@ -75,7 +76,20 @@
     }
 
     start() {
+      this.offerWorkerRanks();  // a worker the browser kept chosen over a reload
       this.reset();
+    }
+
+    // The Rank list offers the chosen worker's ranks only (each option names its worker); a rank chosen on
+    // another worker goes back to All.
+    offerWorkerRanks() {
+      const worker = this.worker.value;
+      Array.from(this.rank.options).forEach((option) => {
+        const elsewhere = worker !== "" && option.value !== "" && option.dataset.worker !== worker;
+        option.hidden = elsewhere;
+        option.disabled = elsewhere;
+      });
+      if (this.rank.selectedOptions.length && this.rank.selectedOptions[0].disabled) this.rank.value = "";
     }
 
     // Start over from the latest lines, e.g. after a filter changed.

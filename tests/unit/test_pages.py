@@ -155,6 +155,21 @@ def test_the_job_page_masks_secret_variables_and_parameters(make_job, pages):
     assert "GREETING=hello" in page
 
 
+def test_the_logs_rank_list_names_each_ranks_worker_so_that_choosing_a_worker_offers_only_its_ranks(make_job, pages):
+    by_slot = make_job(name="by-slot", status=JobStatus.RUNNING)
+    by_node = make_job(name="by-node", status=JobStatus.RUNNING, bind_args="-map-by node")
+    kept = make_job(name="kept", status=JobStatus.RUNNING, launch_cursor={"rank_workers": [1, 1, 0, 0]})
+
+    def rank_options(job):
+        page = pages.get(f"/jobs/{job.pk}").content.decode()
+        select = re.search(r"<select data-log-rank>(.*?)</select>", page, re.S).group(1)
+        return re.findall(r'<option value="(\d+)" data-worker="(\d+)">', select)
+
+    assert rank_options(by_slot) == [("0", "0"), ("1", "0"), ("2", "1"), ("3", "1")]
+    assert rank_options(by_node) == [("0", "0"), ("1", "1"), ("2", "0"), ("3", "1")]
+    assert rank_options(kept) == [("0", "1"), ("1", "1"), ("2", "0"), ("3", "0")], "where the launch put them"
+
+
 def test_the_pages_follow_the_browsers_language_and_the_switch(pages):
     assert "Criar trabalho de treinamento" in pages.get("/jobs/new", HTTP_ACCEPT_LANGUAGE="pt-BR,pt;q=0.9").content.decode()
     assert "Create training job" in pages.get("/jobs/new", HTTP_ACCEPT_LANGUAGE="en").content.decode()
