@@ -22,8 +22,7 @@ from jobs.code_dirs.service import ArchiveRejected, create_from_archive, name_re
 from jobs.logs.follow import line_payload
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
-from jobs.models import EngineVersion, IllegalTransition, JobEvent, ResourceSpec, TrainingJob
-from jobs.pages.display import stop_event_message
+from jobs.models import EngineVersion, IllegalTransition, ResourceSpec, TrainingJob
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission.access import may_share_code_dir, visible_code_dirs, visible_jobs
 from jobs.submission.forms import TrainingJobForm, form_errors
@@ -318,6 +317,5 @@ class TrainingJobStop(APIView):
             job = stop_visible_job(request.user, pk)
         except IllegalTransition as error:
             return Response({"status": [str(error)]}, status=status.HTTP_409_CONFLICT)
-        JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
         job.refresh_from_db()
         return Response(TrainingJobSerializer(job, context={"request": request}).data)

@@ -12,6 +12,7 @@ from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables,
 from jobs.launch.plan import worker_environment_for
 from jobs.models import JobStatus, TrainingJob, WorkerState
 from jobs.results.recording import launched_rank_workers
+from jobs.submission.jobs import stop_event_message as stop_event_message  # the back office takes it from here
 
 # Keyed by the status's value: a JobStatus is a str, and callers pass either.
 STATE_BADGES: dict[str, str] = {
@@ -134,8 +135,3 @@ def translated_message(text: str) -> str:
         if match:
             return _(words) % match.groupdict()
     return text
-
-
-def stop_event_message(username: str) -> str:
-    """Who asked for a stop, as the timeline keeps it (in English, like the console's other events)."""
-    return f"Stop requested by {username}"

@@ -23,14 +23,13 @@ from jobs.models import (
     Engine,
     EngineVersion,
     IllegalTransition,
-    JobEvent,
     JobStatus,
     ResourcePool,
     ResourceSpec,
     TrainingJob,
 )
 from jobs.pages.capacity import pool_capacity
-from jobs.pages.display import display, stop_event_message
+from jobs.pages.display import display
 from jobs.pages.log_download import timestamped_log_response
 from jobs.pages.paging import IdsFirst
 from jobs.pages.preview import preview
@@ -102,7 +101,6 @@ def job_bulk(request):
         try:
             if action == "stop":
                 stop_visible_job(request.user, job.pk)
-                JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
             elif action == "delete":
                 ensure_may(request.user, job, DELETE_OTHERS)
                 if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()[0]:
@@ -247,7 +245,6 @@ def job_stop(request, pk):
         messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
             "name": job.name, "state": job.get_status_display()})
     else:
-        JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
         messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
     return _back(request, reverse("job-detail", args=[pk]))
 

@@ -92,16 +92,33 @@ def _stamp_queued(job: TrainingJob) -> None:
     TrainingJob.objects.filter(pk=job.pk).update(created_at=job.created_at)
 
 
-def request_stop(job: TrainingJob) -> None:
+def stop_event_message(username: str) -> str:
+    """Who asked for a stop, as the timeline keeps it (in English, like the console's other events)."""
+    return f"Stop requested by {username}"
+
+
+def request_stop(job: TrainingJob, by: str = "") -> None:
     """Stop a job: a queued one ends at once, a live one gets its containers ended by a worker.
 
     With the broker away the stop still happens: the job's run sees it Terminating and ends its containers.
+    `by`: who asked; the stop's own change of state then says so, so that one stop is one timeline entry.
     """
     finished = job.terminate()
+    if by:
+        sign_stop(job, by)
     if finished:
         transaction.on_commit(task_queue.wake_dispatcher)
     else:
         transaction.on_commit(partial(task_queue.queue_stop, job.pk))
+
+
+def sign_stop(job: TrainingJob, by: str) -> None:
+    """Put who asked on the event of the state the stop just moved the job to (Terminating, or Terminated for a
+    queued job) rather than beside it: a second event would show the same stop twice on the timeline."""
+    event = job.events.filter(kind=f"state:{job.status}").order_by("-id").first()
+    if event is not None:
+        event.message = stop_event_message(by)
+        event.save(update_fields=["message"])
 
 
 def stop_visible_job(user, pk: int) -> TrainingJob:
@@ -110,5 +127,5 @@ def stop_visible_job(user, pk: int) -> TrainingJob:
     with transaction.atomic():
         job = get_object_or_404(visible_jobs(user), pk=pk)
         ensure_may(user, job, STOP_OTHERS)
-        request_stop(job)
+        request_stop(job, by=user.get_username())
     return job

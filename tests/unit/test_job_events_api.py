@@ -31,4 +31,5 @@ def test_a_stop_through_the_api_says_who_asked_for_it(make_job, owner):
     job = make_job(owner=owner)
     job.begin_creating()
     assert api_client(owner).post(f"/api/v1/training-jobs/{job.pk}/stop").status_code == 200
-    assert job.events.filter(kind="stop", message="Stop requested by owner").exists()
+    assert [(event.kind, event.message) for event in job.events.order_by("id")][1:] == [
+        ("state:Terminating", "Stop requested by owner")], "the stop's own change of state says who asked, once"

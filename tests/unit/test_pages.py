@@ -229,6 +229,24 @@ def test_rebuild_offers_the_name_with_copy_and_a_stop_is_signed_in_the_timeline(
     assert "Stop requested by owner" in pages.get(f"/jobs/{job.pk}").content.decode()
 
 
+def test_a_users_stop_is_one_signed_entry_on_the_timeline_from_the_request_to_the_end(make_job, pages):
+    from jobs.models import RunOutcome
+    from jobs.runtime.ending import settle
+
+    running = make_job(name="running", status=JobStatus.RUNNING)
+    queued = make_job(name="queued", status=JobStatus.PENDING)
+    pages.post(f"/jobs/{running.pk}/stop")
+    pages.post("/jobs/bulk", {"action": "stop", "ids": [queued.pk]})
+    settle(running.pk, RunOutcome.STOPPED, None, "stopped", [])
+
+    assert [(event.kind, event.message) for event in running.events.order_by("id")] == [
+        ("state:Terminating", "Stop requested by owner"), ("state:Terminated", "Stopped by the user")]
+    assert [(event.kind, event.message) for event in queued.events.order_by("id")] == [
+        ("state:Terminated", "Stop requested by owner")]
+    timeline = re.search(r'id="job-timeline">(.*?)</section>', pages.get(f"/jobs/{running.pk}").content.decode(), re.S)
+    assert timeline.group(1).count("Stop requested") == 1
+
+
 def test_a_failed_jobs_header_says_why_in_plain_words_and_the_live_parts_stop_polling_once_it_ended(make_job, pages):
     job = make_job(name="lost", status=JobStatus.FAILED,
                    status_message="internal error: asyncssh.misc.ConnectionLost('Connection lost')")
