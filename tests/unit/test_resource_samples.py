@@ -1,9 +1,14 @@
 """Resource samples: worker-usage.sh's answer read back, and a worker's CPU share from its cgroup's CPU time."""
 
+import asyncio
+import time
+from types import SimpleNamespace
+
 import pytest
 
 from jobs.models import ResourceSample
-from jobs.runtime.liveness import Usage, gpu_indices, read_usage
+from jobs.runtime import resources
+from jobs.runtime.liveness import Probe, Usage, gpu_indices, read_usage
 from jobs.runtime.resources import ResourceRecorder
 
 
@@ -92,3 +97,61 @@ def test_a_page_that_polls_gets_only_the_samples_taken_since_its_last_answer(mak
     assert nothing_new["workers"] == [] and nothing_new["next"] == later["next"]
     bad = client.get(f"/api/v1/training-jobs/{job.pk}/resources", {"after": "-1"})
     assert bad.status_code == 400 and bad.json() == {"after": ["A whole number, the `next` of an earlier answer."]}
+
+
+class ShortJobWatch:
+    """The watch of a job's two workers, on a job over before the watch's own first look: only the recorder's
+    looks at the launch and at the end see the containers. Worker-1's node stops answering when `silent`."""
+
+    def __init__(self):
+        self.workers = [SimpleNamespace(index=0), SimpleNamespace(index=1)]
+        self.cpu_ns = 0
+        self.silent = False
+        self.ran = False
+        self.closed = 0
+
+    async def probe(self, worker):
+        if worker.index == 1 and self.silent:
+            await asyncio.Event().wait()
+        self.cpu_ns += 500_000_000
+        return Probe(worker.index, running=True, usage=Usage(cpu_ns=self.cpu_ns, memory_bytes=1024 + worker.index))
+
+    async def run(self):
+        self.ran = True
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_shorter_than_the_sample_interval_gets_a_sample_at_its_start_and_one_at_its_end(make_job):
+    job = make_job()
+    recorder = ResourceRecorder(job.pk, every=15, start_look_seconds=0.01)
+    watch = ShortJobWatch()
+
+    async def short_job():
+        await recorder.follow(watch)  # the launch's two looks, then the watch's own (none: the job is over)
+        await recorder.last_look(watch)
+
+    asyncio.run(short_job())
+
+    kept = list(ResourceSample.objects.filter(job=job).order_by("at", "worker_index"))
+    assert [sample.worker_index for sample in kept] == [0, 1, 0, 1], "a start and an end point for each worker"
+    assert all(sample.cpu_percent > 0 for sample in kept)
+    assert watch.ran and watch.closed == 1, "the end look closes the watch's connections"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recorders_own_look_waits_no_longer_than_one_probe_for_a_silent_node(make_job, monkeypatch):
+    monkeypatch.setattr(resources, "PROBE_TIMEOUT_SECONDS", 0.2)
+    job = make_job()
+    recorder = ResourceRecorder(job.pk, every=15)
+    watch = ShortJobWatch()
+    asyncio.run(recorder.look(watch))
+    watch.silent = True
+
+    started = time.monotonic()
+    asyncio.run(recorder.last_look(watch))
+
+    assert time.monotonic() - started < 2
+    assert [sample.worker_index for sample in ResourceSample.objects.filter(job=job)] == [0], "the node that answered"
