@@ -17,6 +17,10 @@ RATIO_APPLIES_ABOVE = 64 * 1024**2
 FILE_MODE, EXECUTABLE_MODE, FOLDER_MODE = 0o644, 0o755, 0o755
 CHUNK = 1024 * 1024
 MAX_NAME_BYTES = 255
+# What a terminal takes for a command, never for part of a name: the C0 controls (ESC among them), DEL and the
+# C1 controls, as characters or, in a tar's name that is not UTF-8, as the raw bytes 0x80-0x9f (NUL has its own
+# refusal). Such a name would rewrite the screen of whoever lists the code directory or reads the job's log.
+CONTROL_CHARACTERS = re.compile("[\x01-\x1f\x7f-\x9f\udc80-\udc9f]")
 NOT_PLAIN = "only plain files and folders are allowed"
 
 
@@ -87,6 +91,8 @@ def _declared_size(ref: Any) -> int:
 def _parts(name: str) -> tuple[str, ...]:
     if "\x00" in name:
         raise ArchiveRejected(f"{name!r} has a NUL character in its name")
+    if CONTROL_CHARACTERS.search(name):
+        raise control_characters_refused(name)
     text = name.replace("\\", "/")
     if text.startswith("/"):
         raise ArchiveRejected(f"{name!r} is an absolute path: it would be written outside the code directory")
@@ -97,6 +103,12 @@ def _parts(name: str) -> tuple[str, ...]:
         if len(os.fsencode(part)) > MAX_NAME_BYTES:
             raise ArchiveRejected(f"{name!r} has a name longer than {MAX_NAME_BYTES} bytes")
     return parts
+
+
+def control_characters_refused(path: str) -> ArchiveRejected:
+    """The refusal of a name with control characters, the name shown escaped (ESC as \\x1b), never as it is."""
+    return ArchiveRejected(f"{path!r} has a control character in its name (an escape sequence, a tab or a line "
+                           "break): rename it and upload again")
 
 
 def _links_refused(path: str, kind: str, target: str | None = None) -> ArchiveRejected:

@@ -57,6 +57,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 
 from jobs.code_dirs.policy import (
+    CONTROL_CHARACTERS,
     EXECUTABLE_MODE,
     FILE_MODE,
     FOLDER_MODE,
@@ -65,6 +66,7 @@ from jobs.code_dirs.policy import (
     ArchiveRejected,
     Limits,
     Unpacked,
+    control_characters_refused,
     upload_size_refusal,
 )
 from jobs.models import CodeDirectory
@@ -157,6 +159,8 @@ def _settle(folder_fd: int, path: str, depth: int, count: _Count, limits: Limits
         names = sorted(entry.name for entry in entries)
     for name in names:
         where = f"{path}/{name}" if path else name
+        if CONTROL_CHARACTERS.search(name):
+            raise control_characters_refused(where)
         before = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
         if stat.S_ISDIR(before.st_mode):
             count.folders += 1
@@ -313,9 +317,10 @@ def python_files(code_dir: CodeDirectory, limit: int = 1000) -> list[str]:
     root = Path(code_dir.path)
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        # A name with control characters (one uploaded before they were refused) is never offered.
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")) and not CONTROL_CHARACTERS.search(d))
         for filename in sorted(filenames):
-            if filename.endswith(".py"):
+            if filename.endswith(".py") and not CONTROL_CHARACTERS.search(filename):
                 found.append(str(Path(dirpath, filename).relative_to(root)))
                 if len(found) >= limit:
                     return found

@@ -215,6 +215,45 @@ def test_a_member_with_an_absolute_path_or_dot_dot_is_refused(owner, uploads, tm
         assert nothing_left(uploads)
 
 
+@pytest.mark.parametrize("name, shown", [
+    ("code/evil\x1b[2J\x1b]0;owned\x07.py", "evil\\x1b[2J\\x1b]0;owned\\x07.py"),
+    ("code/tab\there.py", "tab\\there.py"),
+    ("code/del\x7f.py", "del\\x7f.py"),
+    ("code/csi\x9b31m.py", "csi\\x9b31m.py"),
+    ("code/sub\rdir/train.py", "sub\\rdir"),
+], ids=["esc-and-bel", "tab", "del", "c1-csi", "folder"])
+def test_a_name_with_terminal_control_characters_is_refused_naming_the_file_escaped(owner, uploads, name, shown):
+    for archive in (tar_gz(member("code/train.py", b"1"), member(name, b"x")), zip_of(("code/train.py", "1"), (name, "x"))):
+        message = refusal(upload(owner, archive))
+        assert shown in message and "control character" in message, message
+        assert not any(character in message for character in "\x1b\x07\t\r\x7f\x9b")
+        assert nothing_left(uploads)
+
+
+def test_a_tar_name_holding_a_raw_c1_byte_is_refused_too(owner, uploads):
+    info, data = member("code/csi.py", b"x")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.USTAR_FORMAT, encoding="latin-1") as archive:
+        archive.addfile(member("code/train.py", b"1")[0], io.BytesIO(b"1"))
+        info.name = "code/csi\x9b31m.py"  # written as the single byte 0x9b: not UTF-8, read back as \udc9b
+        archive.addfile(info, io.BytesIO(data))
+    buffer.seek(0)
+
+    assert "control character" in refusal(upload(owner, buffer))
+    assert nothing_left(uploads)
+
+
+def test_a_file_named_with_control_characters_already_on_disk_is_not_offered_as_a_boot_file(tmp_path):
+    from jobs.code_dirs.service import python_files, register
+
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "evil\x1b[2J.py").write_text("")
+    (tmp_path / "dir\x9b").mkdir()
+    (tmp_path / "dir\x9b" / "inner.py").write_text("")
+
+    assert python_files(register("old", tmp_path)) == ["train.py"]
+
+
 def test_a_member_given_twice_is_refused(owner, uploads):
     archive = tar_gz(member("code/train.py", b"1"), member("code/train.py", b"2"))
 
