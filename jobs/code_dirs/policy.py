@@ -22,6 +22,8 @@ MAX_NAME_BYTES = 255
 # refusal). Such a name would rewrite the screen of whoever lists the code directory or reads the job's log.
 CONTROL_CHARACTERS = re.compile("[\x01-\x1f\x7f-\x9f\udc80-\udc9f]")
 NOT_PLAIN = "only plain files and folders are allowed"
+# A code directory is there to run a boot file: an archive with none anywhere is a mistake to say at once.
+NO_PYTHON_FILE = "the archive holds no Python file to boot (no .py file in any of its folders)"
 
 
 class ArchiveRejected(ValueError):
@@ -161,6 +163,7 @@ class _Plan:
     files: int = 0
     folders: int = 0
     declared: int = 0
+    python_files: int = 0
 
     def _folder(self, parts: tuple[str, ...]) -> None:
         kind = self.kinds.get(parts)
@@ -209,6 +212,7 @@ class _Plan:
                 raise ArchiveRejected(f"{'/'.join(parts)} is given twice in the archive")
             self.kinds[parts] = "file"
             self.files += 1
+            self.python_files += parts[-1].endswith(".py")
             self.declared += _declared_size(ref)
             if not self.complete:
                 self._check_files()
@@ -221,6 +225,8 @@ class _Plan:
         self._check_files()
         self._check_folders()
         self.budget.check_declared(self.declared, complete=self.complete)
+        if not self.python_files:  # after the limits: a bomb is said to be one, whatever it holds
+            raise ArchiveRejected(NO_PYTHON_FILE)
 
 
 def _zip_plan(archive: zipfile.ZipFile, plan: _Plan) -> None:

@@ -62,6 +62,7 @@ from jobs.code_dirs.policy import (
     FILE_MODE,
     FOLDER_MODE,
     NAME_RE,
+    NO_PYTHON_FILE,
     NOT_PLAIN,
     ArchiveRejected,
     Limits,
@@ -151,6 +152,7 @@ class _Count:
     files: int = 0
     bytes: int = 0
     folders: int = 0
+    python_files: int = 0
 
 
 def _settle(folder_fd: int, path: str, depth: int, count: _Count, limits: Limits, owner: tuple[int, int] | None) -> None:
@@ -180,6 +182,7 @@ def _settle(folder_fd: int, path: str, depth: int, count: _Count, limits: Limits
                     raise ArchiveRejected(f"{where} is a hard link: {NOT_PLAIN}")
                 count.files += 1
                 count.bytes += now.st_size
+                count.python_files += name.endswith(".py")
                 if count.files > limits.files or count.bytes > limits.unpacked_bytes:
                     raise ArchiveRejected(f"the archive holds more files or bytes than allowed ({where})")
                 _own(fd, before, EXECUTABLE_MODE if before.st_mode & 0o111 else FILE_MODE, owner, where)
@@ -233,6 +236,8 @@ def unpack(archive: Path | IO[bytes], destination: Path, limits: Limits | None =
                 os.close(root_fd)
             if not count.files:
                 raise ArchiveRejected("the archive holds no file")
+            if not count.python_files:
+                raise ArchiveRejected(NO_PYTHON_FILE)
             entries = list(unpacked.iterdir())
             if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
                 top, count.folders = entries[0], count.folders - 1

@@ -406,6 +406,15 @@ def test_an_archive_with_no_file_is_refused(owner, uploads):
     assert nothing_left(uploads)
 
 
+def test_an_archive_with_no_python_file_anywhere_is_refused_saying_it_has_nothing_to_boot(owner, uploads):
+    no_python = (zip_of(("code/README.md", "hi"), ("code/data/train.csv", "1,2"), ("code/train.py.txt", "x")),
+                 tar_gz(member("code/run.sh", b"id\n"), member("code/lib", kind=tarfile.DIRTYPE)))
+    for archive in no_python:
+        assert "the archive holds no Python file to boot" in refusal(upload(owner, archive))
+        assert nothing_left(uploads)
+    assert upload(owner, zip_of(("code/README.md", "hi"), ("code/deep/down/main.py", ""))).status_code == 201
+
+
 def test_the_module_refuses_a_bad_name_before_unpacking(uploads):
     with pytest.raises(ArchiveRejected) as refused:
         create_from_archive("../up", io.BytesIO(b""))
