@@ -5,7 +5,7 @@ is wrong, `{"detail": "..."}` for the request as a whole.
   own multipart parser). A form-encoded or multipart body on a JSON endpoint is a 415; a body that is not
   an object, not JSON, or nested deeper than MAX_JSON_DEPTH is a 400; one over DATA_UPLOAD_MAX_MEMORY_SIZE
   a 413. A lone surrogate (a JSON escape such as "\\ud800" that is not text) or a NUL (no field takes one, and
-  PostgreSQL cannot store it) is a 400 naming the field.
+  PostgreSQL cannot store it) is a 400 naming every field that holds one.
 - Lists page with a bounded limit and offset (BoundedLimitOffsetPagination).
 - Errors Django raises under DRF (a body too big, too many fields) become JSON answers too.
 - Too many bad tokens from one address are refused for a while (ThrottledTokenAuthentication, a 429).
@@ -55,27 +55,35 @@ def _unstorable(text: str) -> str | None:
 
 
 def check_json_values(data: dict) -> None:
-    """Refuse nesting deeper than MAX_JSON_DEPTH, lone surrogates and NUL, naming the top-level field they are in.
+    """Refuse nesting deeper than MAX_JSON_DEPTH, lone surrogates and NUL, naming every top-level field they are
+    in (one message a field), not only the first.
 
     Iterative, so that a body the JSON decoder accepted cannot exhaust the stack here.
     """
-    for field, value in data.items():
-        if _unstorable(field):
-            raise ParseError("A field name holds a NUL or an unpaired surrogate (\\ud800-\\udfff).")
-        pending = [(value, 1)]
-        while pending:
-            item, depth = pending.pop()
-            if depth > MAX_JSON_DEPTH:
-                raise ValidationError({field: [f"Nested more than {MAX_JSON_DEPTH} levels deep."]})
-            if isinstance(item, str):
-                problem = _unstorable(item)
-                if problem:
-                    raise ValidationError({field: [problem]})
-            elif isinstance(item, dict):
-                pending.extend((key, depth + 1) for key in item)
-                pending.extend((child, depth + 1) for child in item.values())
-            elif isinstance(item, list):
-                pending.extend((child, depth + 1) for child in item)
+    if any(_unstorable(field) for field in data):
+        raise ParseError("A field name holds a NUL or an unpaired surrogate (\\ud800-\\udfff).")
+    problems = {field: [problem] for field, value in data.items() if (problem := _value_problem(value))}
+    if problems:
+        raise ValidationError(problems)
+
+
+def _value_problem(value: object) -> str | None:
+    """What is wrong with one top-level field's value (the first thing found), or None."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"Nested more than {MAX_JSON_DEPTH} levels deep."
+        if isinstance(item, str):
+            problem = _unstorable(item)
+            if problem:
+                return problem
+        elif isinstance(item, dict):
+            pending.extend((key, depth + 1) for key in item)
+            pending.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            pending.extend((child, depth + 1) for child in item)
+    return None
 
 
 class JSONObjectParser(JSONParser):

@@ -12,7 +12,7 @@ from django.utils.http import content_disposition_header
 from django_filters.rest_framework import DjangoFilterBackend  # type: ignore[import-untyped]
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -130,27 +130,28 @@ class CodeDirDetail(APIView):
         return Response(CodeDirSerializer(code_dir).data)
 
 
-def submission_form_data(body: dict) -> dict:
-    """A submission as the job form takes it: `engine` and `engine_version` (the names the engine list and a
-    job's detail give) become the engine version they name. `engine` alone keeps meaning what the form
-    accepts (an id, a version, or an engine's name for its latest version), and so does the combined
-    "MPI <version>" an engine version is shown as."""
+def submission_form_data(body: dict) -> tuple[dict, dict[str, list[str]]]:
+    """A submission as the job form takes it, and what is wrong with `engine_version` (checked here, reported
+    with the form's own errors): `engine` and `engine_version` (the names the engine list and a job's detail
+    give) become the engine version they name. `engine` alone keeps meaning what the form accepts (an id, a
+    version, or an engine's name for its latest version), and so does the combined "MPI <version>" an engine
+    version is shown as."""
     data = dict(body)
     version = data.pop("engine_version", None)
     engine = data.get("engine")
     versions = EngineVersion.objects.select_related("engine")
     if version not in (None, ""):
         if not isinstance(engine, str) or not isinstance(version, str):
-            raise ValidationError({"engine_version": ["Give the engine's name as `engine` and its version as text."]})
+            return data, {"engine_version": ["Give the engine's name as `engine` and its version as text."]}
         found = versions.filter(engine__name=engine.strip(), version=version.strip()).first()
         if found is None:
-            raise ValidationError({"engine_version": [f"{engine} has no version {version!r}; /api/v1/engines lists them."]})
+            return data, {"engine_version": [f"{engine} has no version {version!r}; /api/v1/engines lists them."]}
         data["engine"] = found.pk
     elif isinstance(engine, str) and " " in engine.strip():
         found = versions.annotate(label=Concat("engine__name", Value(" "), "version")).filter(label=engine.strip()).first()
         if found is not None:
             data["engine"] = found.pk
-    return data
+    return data, {}
 
 
 @extend_schema(summary="The jobs the user may see, newest first")
@@ -181,9 +182,11 @@ class TrainingJobList(generics.ListAPIView):
         if key and not IDEMPOTENCY_KEY_RE.fullmatch(key):
             return Response({IDEMPOTENCY_HEADER: ["At most 128 printable ASCII characters."]},
                             status=status.HTTP_400_BAD_REQUEST)
-        form = TrainingJobForm(data=submission_form_data(request.data), user=request.user)
-        if not form.is_valid():
-            return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
+        data, errors = submission_form_data(request.data)
+        form = TrainingJobForm(data=data, user=request.user)
+        # Every bad field at once: the form's, and engine_version's beside them.
+        if not form.is_valid() or errors:
+            return Response({**form_errors(form), **errors}, status=status.HTTP_400_BAD_REQUEST)
         job, created = submit_job_once(form, request.user, key)
         return Response(TrainingJobSerializer(job, context={"request": request}).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

@@ -1,6 +1,7 @@
 """The JSON API: validation errors name their field, tokens work, archives are checked before use."""
 
 import io
+import json
 import tarfile
 import zipfile
 
@@ -52,6 +53,31 @@ def test_bad_input_gets_an_error_naming_its_field_and_no_job(api, catalogue, ove
     response = api.post("/api/v1/training-jobs", job_body(**overrides), format="json")
     assert response.status_code == 400
     assert field in response.json(), response.json()
+    assert not TrainingJob.objects.exists()
+
+
+def test_a_body_with_several_bad_fields_gets_every_one_of_them_named_not_only_the_first(api, catalogue):
+    unstorable = job_body(name="a\u0000b", description="\ud800", env={"X": "\u0000"})
+    deep: list = ["deep"]
+    for _ in range(40):
+        deep = [deep]
+    unstorable["extra_args"] = deep
+
+    # As a client writes it: the surrogate as a JSON escape (the test client would not encode it as text).
+    answer = api.post("/api/v1/training-jobs", json.dumps(unstorable), content_type="application/json")
+
+    assert answer.status_code == 400
+    assert answer.json() == {"name": ["Holds a NUL character, which no field takes."],
+                             "description": ["Holds an unpaired surrogate (\\ud800-\\udfff), which is not text."],
+                             "env": ["Holds a NUL character, which no field takes."],
+                             "extra_args": ["Nested more than 32 levels deep."]}
+
+    wrong = job_body(engine_version="no-such-version", boot_file="../outside.py", spec="no-such-spec", node_count=0)
+    answer = api.post("/api/v1/training-jobs", wrong, format="json")
+
+    assert answer.status_code == 400
+    assert {"engine_version", "boot_file", "spec", "node_count"} <= set(answer.json()), answer.json()
+    assert all(isinstance(messages, list) and messages for messages in answer.json().values())
     assert not TrainingJob.objects.exists()
 
 
