@@ -148,7 +148,9 @@ class MpirunOutput:
         if not text:
             return
         held = self.pending.get(self.current, "")
-        if len(held) >= self.max_chars:
+        # Past the limit only once cut (the mark added): the rest of the line, up to its newline, is dropped. A
+        # line whose pieces fill it to the limit exactly is cut (and marked) by the next piece that comes.
+        if len(held) > self.max_chars:
             return
         if len(held) + len(text) > self.max_chars:
             text = text[: self.max_chars - len(held)] + CUT_MARK

@@ -11,7 +11,7 @@ from jobs.logs import sink as sink_module
 from jobs.logs.sink import PENDING_BATCHES, LogSink
 from jobs.logs.store import LogRecord, store_lines
 from jobs.models import LogStream
-from jobs.runtime.mpirun_output import MpirunOutput
+from jobs.runtime.mpirun_output import CUT_MARK, MpirunOutput
 from jobs.runtime.ssh_output import STDERR, STDOUT, BoundedOutput
 from tests.unit.log_helpers import quiet_redis  # noqa: F401
 
@@ -81,6 +81,26 @@ def test_a_line_that_never_ends_is_held_only_up_to_the_limit_and_stored_cut():
     assert rank_lines(output.feed("[1,0]<stdout>:end\n[1,1]<stdout>:next\n")) == [
         (0, "stdout", "0123456789 …[line cut]"), (1, "stdout", "next")]
     assert rank_lines(output.feed("[1,1]<stdout>:unfinished") + output.finish()) == [(1, "stdout", "unfinished")]
+
+
+@pytest.mark.parametrize("piece", [4096, 16384, 65536, 20 * 1024 * 1024], ids=["4k", "16k", "64k", "one-piece"])
+@pytest.mark.parametrize("chunk", [32768, 65536 + 13, 1 << 20])
+def test_a_20_mb_line_is_cut_with_its_mark_and_the_ranks_next_line_arrives_whole_however_it_is_chunked(piece, chunk):
+    """mpirun tags each piece it forwards; the SSH channel cuts the stream anywhere, the next line's tag included."""
+    limit = 16384
+    overlong = "".join("0123456789abcdef"[(index // 7) % 16] for index in range(20 * 1024 * 1024 // 64)) * 64
+    printed = "".join("[1,0]<stdout>:" + overlong[start:start + piece] for start in range(0, len(overlong), piece))
+    printed += "\n[1,0]<stdout>:next line\n[1,2]<stdout>:other rank\n[1,0]<stdout>:after\n"
+    output = MpirunOutput(LogStream.STDOUT, rank_workers=(0, 0, 1, 1), max_chars=limit)
+
+    records = []
+    for start in range(0, len(printed), chunk):
+        records += output.feed(printed[start:start + chunk])
+    records += output.finish()
+
+    assert [(record.rank, record.text) for record in records] == [
+        (0, overlong[:limit] + CUT_MARK), (0, "next line"), (2, "other rank"), (0, "after")]
+    assert output.pending == {}
 
 
 async def _produce(sink: LogSink, name: str, count: int) -> None:
