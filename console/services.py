@@ -125,3 +125,12 @@ def stop(process: subprocess.Popen | None, timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def start_object_store(argv: list[str], address: str, port: int, log_path: Path,
+                       preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """SeaweedFS (jobs.localstore.server_argv), once its S3 gateway answers."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+    wait_for_port(address, port, 60, process)
+    return process

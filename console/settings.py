@@ -348,6 +348,13 @@ NODE_LOST_SECONDS = float(env_int("NODE_LOST_SECONDS", 30, minimum=5))
 # The free disk a node keeps for itself (its logs, Podman, the teardown): a job whose node falls under it is
 # ended, whatever its own disk limit (the spec's disk_gb), as one past that limit is, at the same look.
 NODE_DISK_RESERVE_GB = env_int("NODE_DISK_RESERVE_GB", 5, minimum=0)
+# What each node keeps of the object-store inputs it fetched, for reruns (least recently used go first).
+NODE_CACHE_GB = env_int("NODE_CACHE_GB", 20, minimum=0)
+# While a job runs, what it wrote under its train_url's local folder is uploaded this often (and once more
+# when it ends, whichever way).
+OUTPUT_SYNC_SECONDS = env_int("OUTPUT_SYNC_SECONDS", 60, minimum=1)
+# The most a stop waits for that last upload before it ends the containers.
+OUTPUT_FINAL_SYNC_SECONDS = env_int("OUTPUT_FINAL_SYNC_SECONDS", 300, minimum=5)
 # How often each worker's CPU, memory and GPU use is kept for the job's resource charts.
 RESOURCE_SAMPLE_SECONDS = float(env_int("RESOURCE_SAMPLE_SECONDS", 15, minimum=1))
 JOB_USER = env_str("JOB_USER", "ma-user")
@@ -403,6 +410,10 @@ LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
 # namespace prefix of its own nodes (apart from the local cluster's, so that the console's allocator and Slurm
 # never share a node), the first of its four ports (slurmctld, slurmd, slurmdbd, slurmrestd), and the user
 # jobs are submitted as.
+# The console's own object store (SeaweedFS), started by `make run` unless an administrator's store is
+# registered: its data and keys, and its ports (S3 gateway; master, volume and filer on the next three).
+LOCALSTORE_STATE_DIR = Path(env_str("LOCALSTORE_STATE_DIR", str(VAR_DIR / "objectstore")))
+LOCALSTORE_BASE_PORT = env_int("LOCALSTORE_BASE_PORT", 8333, minimum=1024)
 LOCALSLURM_STATE_DIR = Path(env_str("LOCALSLURM_STATE_DIR", "/var/lib/training-console/localslurm"))
 LOCALSLURM_SUBNET = env_str("LOCALSLURM_SUBNET", "10.76.0.0/24")
 # The cluster's name is also its accounting database's (slurm_<name>) on the shared MariaDB.

@@ -27,16 +27,16 @@ from jobs.models import (
     Engine,
     EngineVersion,
     IllegalTransition,
-    JobEvent,
     JobStatus,
     LauncherDefaults,
     Node,
     ResourcePool,
     ResourceSpec,
+    Storage,
     TrainingJob,
     Worker,
 )
-from jobs.pages.display import stop_event_message
+from jobs.object_store.client import ObjectStore, StoreError
 from jobs.secret_box import seal_secret
 from jobs.submission import task_queue
 from jobs.submission.force_release import force_release_job, force_release_node
@@ -573,8 +573,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
         for job in queryset:
             with transaction.atomic():
                 try:
-                    request_stop(job)
-                    JobEvent.objects.create(job=job, kind="stop", message=stop_event_message(request.user.get_username()))
+                    request_stop(job, by=request.user.get_username())
                     stopped += 1
                 except IllegalTransition:
                     refused.append(f"{job.name} ({job.status})")
@@ -611,3 +610,53 @@ def confirm_force_release(model_admin, request, queryset, action: str, release, 
     if refused:
         model_admin.message_user(request, _("Not released: %(items)s") % {"items": "; ".join(refused)}, messages.WARNING)
     return None
+
+
+class StorageAdminForm(forms.ModelForm):
+    # Write-only, as node keys are: sealed when saved, never shown back (blank keeps what is stored).
+    access_key = forms.CharField(required=False, strip=True, widget=forms.PasswordInput(render_value=False),
+                                 help_text=_("Blank keeps the stored key."))
+    secret_key = forms.CharField(required=False, strip=True, widget=forms.PasswordInput(render_value=False),
+                                 help_text=_("Blank keeps the stored key."))
+
+    class Meta:
+        model = Storage
+        fields = ["name", "endpoint_url", "region", "path_style", "schemes", "user_bucket_prefix", "pools", "enabled"]
+
+    def clean(self):
+        cleaned = super().clean() or {}
+        given = [bool(cleaned.get("access_key")), bool(cleaned.get("secret_key"))]
+        if any(given) and not all(given):
+            raise forms.ValidationError(_("Give the access key and the secret key together."))
+        if not any(given) and not self.instance.sealed_secret_key:
+            raise forms.ValidationError(_("A store needs its access key and secret key."))
+        return cleaned
+
+    def save(self, commit=True):
+        storage = super().save(commit=False)
+        if self.cleaned_data.get("access_key"):
+            storage.set_keys(self.cleaned_data["access_key"], self.cleaned_data["secret_key"])
+        if commit:
+            storage.save()
+            self.save_m2m()
+        return storage
+
+
+@admin.register(Storage)
+class StorageAdmin(admin.ModelAdmin):
+    form = StorageAdminForm
+    list_display = ["name", "endpoint_url", "schemes", "enabled"]
+    fields = ["name", "endpoint_url", "region", "path_style", "schemes", "access_key", "secret_key",
+              "user_bucket_prefix", "pools", "enabled"]
+    filter_horizontal = ["pools"]
+    actions = ["check_store"]
+
+    @admin.action(description=_("Check the selected stores answer to their keys"), permissions=["change"])
+    def check_store(self, request, queryset):
+        for storage in queryset:
+            try:
+                ObjectStore(storage.access()).bucket_exists(storage.user_bucket(request.user.pk, request.user.get_username()))
+            except StoreError as error:
+                self.message_user(request, f"{storage.name}: {error}", messages.ERROR)
+            else:
+                self.message_user(request, _("%(name)s answers, and takes its keys.") % {"name": storage.name})

@@ -215,6 +215,11 @@ def _tail(log: Path, n: int = 10) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-n:]) if log.exists() else ""
 
 
+def gateway(subnet: str) -> str:
+    """The cluster's bridge address on this machine: where the nodes reach the console's own services."""
+    return str(ipaddress.ip_network(subnet).network_address + 1)
+
+
 def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str = "tcbr0",  # noqa: C901 - each step of bringing the cluster up, in order, each idempotent
        prefix: str = "tcnode") -> list[LocalNode]:
     if nodes < 1:

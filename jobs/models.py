@@ -1,6 +1,7 @@
 """The domain's records: what can run (specs, nodes, engines), and what ran (jobs, workers, logs)."""
 
 import hashlib
+import re
 import secrets
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -16,6 +17,8 @@ from django.utils.translation import gettext_lazy as _
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
+from jobs.object_store.client import StoreAccess
+from jobs.object_store.urls import OBJECT_SCHEMES
 
 from .secret_box import open_secret, seal_secret
 
@@ -144,6 +147,67 @@ class ResourcePool(models.Model):
     @property
     def slurm_jwt_key(self) -> str:
         return open_secret(self.sealed_slurm_jwt_key) if self.sealed_slurm_jwt_key else ""
+
+
+class Storage(models.Model):
+    """An S3-compatible object store (Huawei OBS is one) that jobs' data_url and train_url may name.
+
+    The console holds its keys (sealed as node keys are, never shown back) and hands the nodes presigned
+    URLs, one per object, so the bytes go between the store and the nodes and the keys never leave the
+    console. With these keys each user reaches one bucket of their own (user_bucket): the keys could read
+    every bucket, the console lets a user name only theirs.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    endpoint_url = models.URLField(help_text=_("The store's S3 endpoint, reachable from the console and from the "
+                                               "nodes, e.g. https://obs.example.org or http://10.0.0.5:8333."))
+    region = models.CharField(max_length=64, default="us-east-1")
+    path_style = models.BooleanField(default=True, help_text=_("Address buckets as endpoint/bucket (most "
+                                                                "self-hosted stores), not as bucket.endpoint."))
+    schemes = models.CharField(max_length=32, default="s3 obs",
+                               help_text=_("The URL schemes this store answers to, separated by spaces: s3, obs."))
+    sealed_access_key = models.TextField(editable=False)
+    sealed_secret_key = models.TextField(editable=False)
+    user_bucket_prefix = models.CharField(
+        max_length=16, default="user-",
+        help_text=_("Each user's bucket is this prefix, their user number and their name (user-3-alice)."))
+    pools = models.ManyToManyField(ResourcePool, blank=True, related_name="storages",
+                                   help_text=_("The pools whose jobs may use this store (none: every pool)."))
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        unknown = [scheme for scheme in self.schemes.split() if scheme not in OBJECT_SCHEMES]
+        if unknown or not self.schemes.split():
+            raise ValidationError({"schemes": _("Name one or more of: %(known)s.") % {"known": ", ".join(OBJECT_SCHEMES)}})
+        if self.user_bucket_prefix and not re.fullmatch(r"[a-z0-9][a-z0-9-]*", self.user_bucket_prefix):
+            raise ValidationError({"user_bucket_prefix": _("Lower-case letters, digits and hyphens only.")})
+
+    def set_keys(self, access_key: str, secret_key: str) -> None:
+        self.sealed_access_key, self.sealed_secret_key = seal_secret(access_key), seal_secret(secret_key)
+
+    def access(self) -> StoreAccess:
+        return StoreAccess(endpoint_url=self.endpoint_url, access_key=open_secret(self.sealed_access_key),
+                           secret_key=open_secret(self.sealed_secret_key), region=self.region,
+                           path_style=self.path_style)
+
+    def user_bucket(self, user_id: int, username: str) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")
+        return f"{self.user_bucket_prefix}{user_id}-{slug}"[:63].rstrip("-")
+
+    @classmethod
+    def answering(cls, scheme: str, pool: ResourcePool | None) -> "Storage | None":
+        """The store a URL of this scheme names for a job in this pool (None: no store answers to it)."""
+        for storage in cls.objects.filter(enabled=True).prefetch_related("pools"):
+            pools = list(storage.pools.all())
+            if scheme in storage.schemes.split() and (not pools or pool is None or pool in pools):
+                return storage
+        return None
 
 
 class Node(models.Model):

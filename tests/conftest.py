@@ -16,7 +16,7 @@ from django.db import connection
 
 from console import services
 from console.celery import app as celery_app
-from jobs import localcluster
+from jobs import localcluster, localstore
 from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.logs import progress
@@ -152,12 +152,31 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
     env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
            "NODE_WORK_ROOT": TEST_NODE_WORK_ROOT,
            # Short jobs still get a few resource samples per worker.
-           "WORKER_PROBE_SECONDS": "2", "RESOURCE_SAMPLE_SECONDS": "2"}
+           "WORKER_PROBE_SECONDS": "2", "RESOURCE_SAMPLE_SECONDS": "2",
+           # A job's object-store output is uploaded every 2 s, so a stop's test sees uploads under way.
+           "OUTPUT_SYNC_SECONDS": "2"}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
     worker.start()
     STARTED_WORKERS.append(worker)
     yield worker
     worker.stop()
+
+
+# The tests' own SeaweedFS: its S3 gateway here, its master, volume and filer on the next three ports.
+OBJECT_STORE_PORT = 19000 + 10 * RUN_ID
+
+
+@pytest.fixture(scope="session")
+def object_store(local_cluster, tmp_path_factory):
+    """A real object store (SeaweedFS, as `make run` starts it) where the test cluster's nodes reach it."""
+    state = tmp_path_factory.mktemp("objectstore")
+    address = localcluster.gateway(CLUSTER_OPTIONS["subnet"])
+    localstore.keys(state)
+    TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
+    process = services.start_object_store(localstore.server_argv(state, address, OBJECT_STORE_PORT), address,
+                                          OBJECT_STORE_PORT, TEST_OUTPUT / f"objectstore-{RUN_ID}.log")
+    yield {"endpoint": localstore.endpoint(address, OBJECT_STORE_PORT), "state": state}
+    services.stop(process, timeout=30)
 
 
 @pytest.fixture(scope="session")

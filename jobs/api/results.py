@@ -9,7 +9,7 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from django.db.models import Count
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -17,8 +17,12 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs.models import Storage
+from jobs.object_store.access import reach
+from jobs.object_store.client import StoreError
+from jobs.object_store.urls import ObjectUrlError, parse_object_url
 from jobs.results.metrics import default_metric_definitions, downsample
-from jobs.results.outputs import stored_file, write_archive
+from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
 from jobs.submission.access import visible_jobs
 
@@ -26,6 +30,8 @@ from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
 from .schema import binary
 
 METRIC_POINTS_PAGE = 5000
+# How long a link to an output file in its bucket is good for.
+DOWNLOAD_LINK_SECONDS = 300
 # A chart's first read may ask for its series downsampled to at most this many points each.
 METRIC_MAX_POINTS_LIMIT = 20000
 
@@ -154,16 +160,32 @@ def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
     return kept, cut
 
 
+def stored_object_url(job, path: str) -> str:
+    """A short-lived link to an uploaded output file in its bucket ("" when it cannot be made)."""
+    summary = job.outputs_summary or {}
+    try:
+        url = parse_object_url(str(summary.get("train_url", "")))
+        if url is None:
+            return ""
+        where = reach(str(url), Storage.answering(url.scheme, job.pool), job.owner_id, job.owner.username)
+        return where.store.presigned_get(url.bucket, url.folder_prefix + path, DOWNLOAD_LINK_SECONDS)
+    except (ObjectUrlError, StoreError):
+        return ""
+
+
 class JobOutputs(APIView):
     @extend_schema(summary="The files a job left in its train_url", responses=OutputsSerializer)
     def get(self, request, pk):
         job = _job(request, pk)
+        # A file uploaded to the owner's bucket is theirs to download (a link the console signs for them).
+        uploaded = in_store(job.outputs_summary)
         files = [
             {
                 "path": item.path,
                 "size": item.size,
                 "kept": item.kept,
-                "url": reverse("api-job-output-file", args=[job.pk, item.path]) if item.kept else None,
+                "url": reverse("api-job-output-file", args=[job.pk, item.path])
+                if item.kept and (not uploaded or job.owner_id == request.user.pk) else None,
             }
             for item in job.output_files.all()
         ]
@@ -172,7 +194,7 @@ class JobOutputs(APIView):
             {
                 "summary": job.outputs_summary or None,
                 "files": files,
-                "archive_url": reverse("api-job-outputs-archive", args=[job.pk]) if kept else None,
+                "archive_url": reverse("api-job-outputs-archive", args=[job.pk]) if kept and not uploaded else None,
             }
         )
 
@@ -182,6 +204,13 @@ class JobOutputDownload(APIView):
                    operation_id="training_jobs_outputs_file")
     def get(self, request, pk, path):
         job = _job(request, pk)
+        if in_store(job.outputs_summary):
+            # The bytes stay in the store: its owner is sent there with a link good for a few minutes.
+            link = stored_object_url(job, path) if job.owner_id == request.user.pk and \
+                job.output_files.filter(path=path, kept=True).exists() else ""
+            if not link:
+                raise Http404("No such output file.")
+            return HttpResponseRedirect(link)
         local = stored_file(job.pk, path)
         if local is None:
             raise Http404("No such output file.")
@@ -193,7 +222,7 @@ class JobOutputsArchive(APIView):
                    responses=binary("The archive.", "application/gzip"))
     def get(self, request, pk):
         job = _job(request, pk)
-        if not job.output_files.filter(kept=True).exists():
+        if in_store(job.outputs_summary) or not job.output_files.filter(kept=True).exists():
             raise Http404("This job has no collected output.")
         # Written to a temporary file first: an archive of many files should not sit in memory.
         archive = tempfile.TemporaryFile()

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jobs.launch.command_builder import CommandError, LaunchCommand, LaunchInputs, build_launch_command, split_args
+from jobs.launch.data_paths import object_url_of, program_parameters, url_variables
 from jobs.launch.platform_env import hosts_file_text, worker_environment
 
 
@@ -184,6 +185,8 @@ class JobPlan:
     limits: ContainerLimits = ContainerLimits(cpus=1, memory_bytes=1024**3, shm_bytes=512 * 1024**2, gpus=0)
     # The worker each rank runs on, by rank: computed once from the mapping options (see rank_workers).
     rank_workers: tuple[int, ...] = ()
+    # data_url names an object store: each worker's node fetches it and the container mounts it read-only.
+    stages_inputs: bool = False
 
     @property
     def rank_count(self) -> int:
@@ -246,7 +249,7 @@ def worker_environment_for(job: JobValues, index: int, addresses: Sequence[str])
         worker_addresses=addresses,
         gpus_per_node=job.spec.gpu_count,
         engine_env=job.engine_env,
-        user_env=job.env,
+        user_env={**job.env, **url_variables(job.parameters)},
         restart_count=job.restart_count,
     )
 
@@ -260,7 +263,7 @@ def launch_inputs(job: JobValues, worker_hostnames: list[str], worker0_env: Mapp
         python=job.python,
         code_dir_name=job.code_dir_name,
         boot_file=job.boot_file,
-        parameters=list(job.parameters),
+        parameters=list(program_parameters(job.parameters)),
         worker0_env=dict(worker0_env),
         bind_args=job.bind_args,
         x_args=job.x_args,
@@ -327,5 +330,6 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         command=command.expanded,
         rank_workers=tuple(rank_placement) if rank_placement else job_rank_workers(job),
         image=job.image,
+        stages_inputs=bool(object_url_of(job.parameters, "data_url")),
         limits=container_limits(job.spec),
     )

@@ -12,7 +12,6 @@ from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables,
 from jobs.launch.plan import worker_environment_for
 from jobs.models import JobStatus, TrainingJob, WorkerState
 from jobs.results.recording import launched_rank_workers
-from jobs.submission.jobs import stop_event_message as stop_event_message  # the back office takes it from here
 
 # Keyed by the status's value: a JobStatus is a str, and callers pass either.
 STATE_BADGES: dict[str, str] = {

@@ -111,6 +111,14 @@ def record_outputs(job_id: int, train_url: str, result: OutputsResult) -> None:
     TrainingJob.objects.filter(pk=job_id).update(outputs_summary=result.summary(train_url))
 
 
+# The states of an output uploaded to an object store (jobs.runtime.data_out): its files are in the bucket.
+IN_STORE_STATES = ("uploaded", "upload_partial", "upload_failed")
+
+
+def in_store(summary: dict | None) -> bool:
+    return bool(summary) and str((summary or {}).get("state", "")) in IN_STORE_STATES
+
+
 def stored_file(job_id: int, path: str) -> Path | None:
     """The kept file at `path` in a job's outputs, or None; nothing outside the job's own folder is ever returned."""
     if not JobOutputFile.objects.filter(job_id=job_id, path=path, kept=True).exists():

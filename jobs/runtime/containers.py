@@ -20,6 +20,7 @@ distinct uids (a user namespace per job is the next step, see README).
 import shlex
 from pathlib import Path
 
+from jobs.launch.data_paths import INPUTS_DIR
 from jobs.launch.plan import JobPlan, WorkerPlan
 
 CONTAINER_HOME = "/home/ma-user"
@@ -60,6 +61,9 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
              "--security-opt", f"seccomp={seccomp_path(worker)}",
              "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
              "--workdir", CONTAINER_HOME]
+    if plan.stages_inputs:
+        # Root's files, fetched before the start (jobs.runtime.data_in): the job reads them, never changes them.
+        argv += ["--volume", f"{worker.workdir}/inputs:{INPUTS_DIR}:ro,nosuid,nodev"]
     for device in worker.gpu_devices:
         argv += ["--device", device]
     argv += [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]

@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 5.0
 
-LostCallback = Callable[[dict[int, str]], Awaitable[None]]
+# The lost workers (index: why), and those of them whose node does not answer (not worth asking again now).
+LostCallback = Callable[[dict[int, str], frozenset[int]], Awaitable[None]]
 UsageCallback = Callable[[dict[int, "Usage"]], Awaitable[None]]
 USAGE_SCRIPT = (NODE_SCRIPTS / "worker-usage.sh").read_text()
 
@@ -127,18 +128,22 @@ class WorkerWatch:
         self.lost_after = lost_after if lost_after is not None else settings.NODE_LOST_SECONDS
         self.disk_reserve_bytes = int(settings.NODE_DISK_RESERVE_GB * 1024**3)
         self.connections: dict[int, asyncssh.SSHClientConnection] = {}
-        self.silent_since: dict[int, float] = {}
+        # When each worker's node last answered, counted from when that look was asked (not from when the
+        # first unanswered one gave up, which would add a timeout or two to every NODE_LOST_SECONDS).
+        self.answered_at: dict[int, float] = {}
+        self.unreachable: set[int] = set()
 
     async def run(self) -> None:
         try:
             while True:
                 await asyncio.sleep(self.interval)
+                asked_at = time.monotonic()
                 probes = await asyncio.gather(*(self.probe(worker) for worker in self.workers))
                 if self.on_usage is not None:
                     await self.on_usage({probe.index: probe.usage for probe in probes if probe.usage})
-                lost = self.judge(probes, time.monotonic())
+                lost = self.judge(probes, asked_at, time.monotonic())
                 if lost:
-                    await self.on_lost(lost)
+                    await self.on_lost(lost, frozenset(self.unreachable))
                     return
         finally:
             self.close()
@@ -156,18 +161,21 @@ class WorkerWatch:
             self.close()
         return {probe.index: probe.gone for probe in probes if probe.gone}
 
-    def judge(self, probes: list[Probe], now: float) -> dict[int, str]:
+    def judge(self, probes: list[Probe], asked_at: float, now: float) -> dict[int, str]:
+        """The workers lost by this look (asked at asked_at, all answered or given up by now)."""
         lost: dict[int, str] = {}
         for probe in probes:
             if probe.over_limit:
                 lost[probe.index] = probe.over_limit
             elif probe.running:
-                self.silent_since.pop(probe.index, None)
+                self.answered_at[probe.index] = asked_at
             elif probe.gone:
                 lost[probe.index] = probe.gone
             else:
-                since = self.silent_since.setdefault(probe.index, now)
+                # A worker never answered is silent since the look before this one was due.
+                since = self.answered_at.setdefault(probe.index, asked_at - self.interval)
                 if now - since >= self.lost_after:
+                    self.unreachable.add(probe.index)
                     lost[probe.index] = f"its node has not answered for {now - since:.0f} s ({probe.unreachable})"
         return lost
 
@@ -176,7 +184,9 @@ class WorkerWatch:
         try:
             connection = self.connections.get(worker.index)
             if connection is None:
-                connection = self.connections[worker.index] = await connect(worker.node)
+                # Bounded as the look itself is: a node cut off must not make each look last SSH's own timeout.
+                connection = self.connections[worker.index] = await asyncio.wait_for(
+                    connect(worker.node), PROBE_TIMEOUT_SECONDS)
             result = await asyncio.wait_for(connection.run(command, input=USAGE_SCRIPT, check=False),
                                             PROBE_TIMEOUT_SECONDS)
         except NodeError as error:

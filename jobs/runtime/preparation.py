@@ -10,7 +10,7 @@ import asyncio
 import io
 import tarfile
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
 from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, SECCOMP_PROFILE, run_argv, seccomp_path
+from jobs.runtime.data_in import Download, stage_inputs
 from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
@@ -124,15 +125,17 @@ async def _wait_for_port(worker: WorkerPlan, port: int, timeout: float = 15.0) -
 ProgressCallback = Callable[[int, str, str], Awaitable[None]]
 
 
-async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback) -> ContainerStarted:
+async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
+                         inputs: Sequence[Download] = ()) -> ContainerStarted:
     try:
-        return await _prepare_worker(plan, worker, code_archive, report)
+        return await _prepare_worker(plan, worker, code_archive, report, inputs)
     except NodeError as error:
         await report(worker.index, WorkerState.FAILED, str(error))
         raise
 
 
-async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback) -> ContainerStarted:
+async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
+                          inputs: Sequence[Download]) -> ContainerStarted:
     label = worker.node.label
     await report(worker.index, WorkerState.PREPARING, f"preparing worker-{worker.index} on {label} ({worker.address})")
     if not plan.image:
@@ -155,6 +158,9 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
 
+        if inputs:
+            await stage_inputs(connection, worker, inputs, say)
+
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)
         try:
@@ -173,13 +179,14 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
     return ContainerStarted(worker.index, output.strip()[:64])
 
 
-async def prepare_all(plan: JobPlan, report: ProgressCallback) -> list[ContainerStarted]:
-    """Start every worker's container in parallel; if any fails, raise the first failure after all finish."""
+async def prepare_all(plan: JobPlan, report: ProgressCallback, inputs: list[Download] | None = None) -> list[ContainerStarted]:
+    """Start every worker's container in parallel (each with the input fetched first, when the job has one);
+    if any fails, raise the first failure after all finish."""
     with tempfile.TemporaryDirectory() as scratch:
         code_archive = Path(scratch) / "code.tar"
         await asyncio.to_thread(write_code_archive, plan, code_archive)
         results = await asyncio.gather(
-            *(prepare_worker(plan, worker, code_archive, report) for worker in plan.workers), return_exceptions=True
+            *(prepare_worker(plan, worker, code_archive, report, inputs or []) for worker in plan.workers), return_exceptions=True
         )
     failures = [result for result in results if isinstance(result, BaseException)]
     if failures:

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from jobs.launch.data_paths import object_url_of
 from jobs.launch.plan import JobPlan, new_key_pair, plan_job, worker_plans
 from jobs.logs.sink import LogSink
 from jobs.logs.store import RunTakenOver, service_line
@@ -40,9 +41,13 @@ from jobs.models import (
     WorkerState,
     workers_launch_values,
 )
+from jobs.object_store.client import StoreError
+from jobs.object_store.urls import ObjectUrlError
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
+from jobs.runtime.data_in import input_downloads
+from jobs.runtime.data_out import OutputSync, describe_reach_error, output_reach, store_destination
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import LaunchCursor, launch
 from jobs.runtime.liveness import WorkerWatch
@@ -125,6 +130,10 @@ def _status(job_id: int) -> str:
     return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
 
 
+def _has_object_outputs(job_id: int) -> bool:
+    return bool(object_url_of(TrainingJob.objects.get(pk=job_id).launch_values().parameters, "train_url"))
+
+
 def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:
     """(train_url, its path in the container, the size limit, whether the job ran to its end), or None without one."""
     job = TrainingJob.objects.only("parameters", "status").get(pk=job_id)
@@ -159,6 +168,10 @@ class JobRun:
         self.losing: asyncio.Task | None = None
         # The containers ended mid-run (a stop, a console stop, lost workers): once, whoever asks first.
         self.ending_containers: asyncio.Task[list[TeardownResult]] | None = None
+        # The workers whose node stopped answering mid-run: no teardown waits on them.
+        self.unreachable: frozenset[int] = frozenset()
+        # The uploads of an object-store train_url (None: the job has none, or it is not known yet).
+        self.output_sync: OutputSync | None = None
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -245,8 +258,14 @@ class JobRun:
     async def prepare_unless_stopped(self) -> None:
         """Prepare every worker; a stop meanwhile cuts it short (an image load or a pull can take minutes)."""
         # Read in the run's own thread; the preparation's task takes the value with its context.
-        ALLOWED_DESTINATIONS.set(await in_database(allowed_destinations))
-        preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker))
+        allowed = await in_database(allowed_destinations)
+        # Worker-0 uploads train_url itself, as the job's user: the store is a destination the job may reach.
+        await self.find_output_store()
+        if self.output_sync is not None:
+            allowed += store_destination(self.output_sync.where.endpoint_url)
+        ALLOWED_DESTINATIONS.set(allowed)
+        inputs = await in_database(input_downloads, self.job_id) if self.plan.stages_inputs else []
+        preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker, inputs=inputs))
         while True:
             done, _ = await asyncio.wait([preparing], timeout=STOP_POLL_SECONDS)
             if done:
@@ -295,9 +314,12 @@ class JobRun:
         monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console,
                              not_running=self.stopping)
         watching = asyncio.create_task(monitor.run())
-        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=ResourceRecorder(self.job_id).take)
-        workers = asyncio.create_task(watch.run())
+        recorder = ResourceRecorder(self.job_id)
+        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=recorder.take)
+        # A sample at the launch and one at the end: a job shorter than the sampling interval is not one dot.
+        workers = asyncio.create_task(recorder.follow(watch))
         stop = asyncio.create_task(self.carry_out_the_stop())
+        syncing = asyncio.create_task(self.sync_outputs_while_running())
         try:
             sink = LogSink(self.job_id, owner=self.owner, on_stored=monitor.take_stored)
             exit_code = await launch(self.plan, sink, cursor, self.stopping)
@@ -310,7 +332,12 @@ class JobRun:
         finally:
             workers.cancel()
             stop.cancel()
-            await asyncio.gather(workers, stop, return_exceptions=True)
+            syncing.cancel()
+            await asyncio.gather(workers, stop, syncing, return_exceptions=True)
+            if self.unreachable:
+                watch.close()  # a silent node would only hold the end up for a probe's timeout
+            else:
+                await recorder.last_look(watch)
             if self.losing is not None:
                 await asyncio.gather(self.losing, return_exceptions=True)
             await monitor.finish(watching)
@@ -322,45 +349,98 @@ class JobRun:
         await self.stopping.wait()
         if self.lost or await in_database(_status, self.job_id) != JobStatus.TERMINATING:
             return
+        await self.upload_outputs_before_the_end()
         await self.say("Stopping: ending the containers on every node")
         await self.end_containers()
 
-    async def end_containers(self) -> None:
+    async def end_containers(self, unreachable: frozenset[int] = frozenset()) -> None:
         """End every worker's container now (mpirun then ends and the follow returns); once per run."""
         if self.ending_containers is None:
-            self.ending_containers = asyncio.create_task(self._end_containers())
+            self.ending_containers = asyncio.create_task(self._end_containers(unreachable))
         await asyncio.shield(self.ending_containers)
 
-    async def _end_containers(self) -> list[TeardownResult]:
-        results = await teardown_all(self.plan.workers)
+    async def _end_containers(self, unreachable: frozenset[int]) -> list[TeardownResult]:
+        # A node the watch found silent is not asked again (that would add SSH's timeout to the job's end):
+        # it is kept out of service, and cleaned by the node check once it answers.
+        results = await teardown_all([worker for worker in self.plan.workers if worker.index not in unreachable])
+        results += [TeardownResult(worker.index, None, f"{worker.node.label}: its node did not answer")
+                    for worker in self.plan.workers if worker.index in unreachable]
         await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)
         return results
 
-    async def lose_workers(self, lost: dict[int, str]) -> None:
+    async def lose_workers(self, lost: dict[int, str], unreachable: frozenset[int]) -> None:
         # Its own task: ending the other containers must not be cut short when the launch returns.
-        self.losing = asyncio.create_task(self.end_lost_run(lost))
+        self.losing = asyncio.create_task(self.end_lost_run(lost, unreachable))
 
-    async def end_lost_run(self, lost: dict[int, str]) -> None:
+    async def end_lost_run(self, lost: dict[int, str], unreachable: frozenset[int]) -> None:
         """Workers gone mid-run fail the job: the others are ended now, not when Open MPI's timeout runs out."""
         if await in_database(_status, self.job_id) != JobStatus.RUNNING:
             return  # being stopped: a container that goes is what was asked for
         self.lost = lost
+        self.unreachable = unreachable
         for index, why in sorted(lost.items()):
             await in_database(_event, self.job_id, "worker-lost",
                               f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}")
             await self.say(f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}; "
                            "ending the job's other containers", index)
         self.stopping.set()
-        await self.end_containers()
+        await self.end_containers(unreachable)
 
     async def stop_from_console(self, reason: str, message: str) -> None:
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
         if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
             return
+        await self.upload_outputs_before_the_end()
         await self.say(f"{message}; ending the containers on every node")
         await self.end_containers()
 
+    async def find_output_store(self) -> None:
+        try:
+            found = await in_database(output_reach, self.job_id)
+        except (ObjectUrlError, StoreError) as error:
+            # Checked at submission; a store removed or refused since fails the upload, not the job.
+            await in_database(record_outputs, self.job_id, "", describe_reach_error(error))
+            return
+        if found is not None:
+            train_url, where = found
+            self.output_sync = OutputSync(train_url, where, self.plan.container_target(self.plan.workers[0]))
+
+    async def sync_outputs_while_running(self) -> None:
+        """Upload what changed in the output folder every OUTPUT_SYNC_SECONDS, for as long as the job runs."""
+        if self.output_sync is None:
+            await self.find_output_store()  # a run taken up again by another process
+        while self.output_sync is not None:
+            await asyncio.sleep(settings.OUTPUT_SYNC_SECONDS)
+            try:
+                await self.output_sync.sync()
+            except NodeError as error:
+                logger.info("job %s: an output upload failed (tried again at the next): %s", self.job_id, error)
+                continue
+            await in_database(record_outputs, self.job_id, self.output_sync.train_url, self.output_sync.result())
+
+    async def upload_outputs_before_the_end(self) -> None:
+        """The last upload, while worker-0's container is still up (a stop waits for it, within a bound)."""
+        sync = self.output_sync
+        if sync is None or 0 in self.unreachable:
+            return
+        await self.say(f"Uploading the outputs to {sync.train_url}")
+        problem = ""
+        try:
+            await asyncio.wait_for(sync.sync(), settings.OUTPUT_FINAL_SYNC_SECONDS)
+        except NodeError as error:
+            problem = error.reason
+        except TimeoutError:
+            problem = f"the upload took longer than {settings.OUTPUT_FINAL_SYNC_SECONDS} s"
+        result = sync.result(problem)
+        await in_database(record_outputs, self.job_id, sync.train_url, result)
+        await in_database(_event, self.job_id, "outputs", result.message)
+        await self.say(result.message)
+        self.output_sync = None  # uploaded for the last time: the end does not do it again
+
     async def collect_outputs(self) -> None:
+        if self.output_sync is not None or await in_database(_has_object_outputs, self.job_id):
+            await self.upload_outputs_before_the_end()
+            return
         request = await in_database(_outputs_request, self.job_id, self.plan.working_dir)
         if request is None:
             return
@@ -379,11 +459,17 @@ class JobRun:
 
     async def tear_down(self) -> list[TeardownResult]:
         ended = self.ending_containers
-        if ended is not None and ended.done() and not ended.cancelled() and ended.exception() is None \
-                and all(result.clean for result in ended.result()):
-            # Ended mid-run (a stop, lost workers) and nothing was left: what that teardown found stands,
-            # and a second one would only cost every node two podman commands.
-            results = ended.result()
+        if ended is not None and ended.done() and not ended.cancelled() and ended.exception() is None:
+            # Ended mid-run (a stop, lost workers): what that teardown found clean stands (a second one would
+            # only cost every node two podman commands); the others are tried again, but for a node that did
+            # not answer the watch, which would only add SSH's timeout to the job's end.
+            earlier = {result.index: result for result in ended.result()}
+            again = [worker for worker in self.plan.workers
+                     if not earlier[worker.index].clean and worker.index not in self.unreachable]
+            if again:
+                earlier.update({result.index: result for result in await teardown_all(again)})
+                await in_database(record_teardown, self.job_id, list(earlier.values()), self.plan.rank_workers)
+            results = list(earlier.values())
         else:
             results = await teardown_all(self.plan.workers)
             await in_database(record_teardown, self.job_id, results, self.plan.rank_workers)

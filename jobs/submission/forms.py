@@ -26,6 +26,7 @@ from jobs.launch.platform_env import user_variable_problem
 from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.submission.access import visible_code_dirs
+from jobs.submission.object_urls import object_url_problem
 
 # The command builder's words for a wrong boot file, in the page's language.
 BUILDER_MESSAGES = {
@@ -155,6 +156,7 @@ class TrainingJobForm(forms.Form):
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.user = user
         # A job runs only a code directory its owner may see; with no user, only everyone's.
         # Names are unique per owner, so a name may be the user's own and someone's shared one: the own wins.
         code_dirs = visible_code_dirs(user)
@@ -383,9 +385,24 @@ class TrainingJobForm(forms.Form):
         for key in ("data_url", "train_url"):
             if cleaned.get(key) and key in named:
                 self.add_error("parameters", _("%(name)s is given both as a field and as a parameter.") % {"name": key})
+        self._check_object_urls(cleaned)
         if "auto_stop" in self.data:
             self._resolve_auto_stop(cleaned)
         return cleaned
+
+    def _check_object_urls(self, cleaned: dict) -> None:
+        """An s3:// or obs:// data_url or train_url (a field, or a parameter of that name) the job could not use
+        is refused on the field it was typed in."""
+        signed_in = self.user is not None and self.user.is_authenticated
+        user_id, username = (self.user.pk, self.user.get_username()) if signed_in else (None, "")
+        given = [(key, key, cleaned.get(key) or "") for key in ("data_url", "train_url")]
+        given += [("parameters", str(item["name"]), str(item["value"])) for item in cleaned.get("parameters") or []
+                  if item.get("name") in ("data_url", "train_url")]
+        for field_name, key, text in given:
+            if text and field_name not in self.errors:
+                problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"))
+                if problem:
+                    self.add_error(field_name, problem)
 
     def _resolve_auto_stop(self, cleaned: dict) -> None:
         """The page's choice becomes auto_stop_hours, the one value a job keeps."""

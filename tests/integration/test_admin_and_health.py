@@ -428,7 +428,9 @@ def test_the_operator_stops_selected_jobs_and_is_told_which_could_not_be(admin_c
     assert TrainingJob.objects.get(pk=queued.pk).status == JobStatus.TERMINATED
     assert TrainingJob.objects.get(pk=done.pk).status == JobStatus.COMPLETED
     assert "1 job(s) asked to stop." in page and "Not stoppable: done (Completed)" in page
-    assert queued.events.filter(kind="stop", message__startswith="Stop requested by ").exists(), "who asked is kept"
+    assert queued.events.filter(kind="state:Terminated", message__startswith="Stop requested by ").exists(), \
+        "who asked is kept, on the stop's own entry"
+    assert not queued.events.filter(kind="stop").exists(), "one stop, one entry on the timeline"
 
 
 def test_the_spec_list_shows_each_flavor_as_the_reference_writes_it(admin_client):

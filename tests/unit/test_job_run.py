@@ -52,8 +52,9 @@ class FakeNodes:
         monkeypatch.setattr(run, "collect_outputs", self.collect_outputs)
         monkeypatch.setattr(run, "WorkerWatch", self.worker_watch)
         self.lose: dict[int, str] = {}  # workers the watch finds lost while mpirun runs
+        self.silent: frozenset[int] = frozenset()  # those of them whose node stopped answering
 
-    async def prepare_all(self, plan, report):
+    async def prepare_all(self, plan, report, inputs=()):
         for worker in plan.workers:
             await report(worker.index, WorkerState.PREPARING,
                          f"preparing worker-{worker.index} on {worker.node.label} ({worker.address})")
@@ -76,7 +77,7 @@ class FakeNodes:
         async with sink:
             await sink.add_many(self.output)
             if self.lose:
-                await self.on_lost(self.lose)
+                await self.on_lost(self.lose, self.silent)
                 await stopping.wait()
         return self.exit_status
 
@@ -85,8 +86,16 @@ class FakeNodes:
         self.on_lost = on_lost
 
         class Idle:
+            workers: list = []
+
             async def run(self):
                 await asyncio.Event().wait()
+
+            async def probe(self, worker):
+                raise AssertionError("the idle watch has no worker to probe")
+
+            def close(self):
+                pass
 
             async def gone_workers(self):
                 return {}
@@ -215,6 +224,20 @@ def test_a_worker_lost_mid_run_fails_the_job_with_the_card_naming_the_worker_and
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert (1, "worker-1 (node-b) was lost: its container job-x-worker-1 is gone; ending the job's other containers") \
         in service_lines(job)
+
+
+def test_a_worker_whose_node_stopped_answering_is_not_waited_for_and_its_node_is_kept_out_of_service(nodes, job):
+    nodes.exit_status = None
+    nodes.lose = {1: "its node has not answered for 31 s (timed out)"}
+    nodes.silent = frozenset({1})
+
+    job = run_job(job)
+
+    assert job.status == JobStatus.FAILED and job.failure["kind"] == "node_lost"
+    assert nodes.teardowns == [[0]], "the silent node is not asked again: the job's end does not wait on SSH's timeout"
+    assert Node.objects.get(name="node-b").state == Node.State.NOT_READY
+    assert Node.objects.get(name="node-a").state == Node.State.READY
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
 
 
 def test_a_worker_lost_while_the_job_is_being_stopped_is_what_was_asked_for(nodes, job):
@@ -426,7 +449,7 @@ def test_a_stop_during_a_long_preparation_cuts_it_short_and_the_job_ends_termina
     monkeypatch.setattr(run, "STOP_POLL_SECONDS", 0.05)
     cut_short = []
 
-    async def slow_image_load(plan, report):
+    async def slow_image_load(plan, report, inputs=()):
         await sync_to_async(lambda: TrainingJob.objects.get(pk=plan.job_id).terminate())()
         try:
             await asyncio.sleep(30)  # a podman load of a large image

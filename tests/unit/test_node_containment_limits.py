@@ -50,10 +50,22 @@ def test_a_worker_past_its_disk_limit_or_on_a_node_under_its_reserve_is_ended_an
 
 
 def test_the_watch_ends_a_running_worker_that_is_past_its_disk_limit(settings):
-    watch = WorkerWatch([], on_lost=lambda lost: None, interval=1, lost_after=30)  # type: ignore[arg-type, return-value]
+    watch = WorkerWatch([], on_lost=lambda lost, silent: None, interval=1, lost_after=30)  # type: ignore[arg-type, return-value]
     lost = watch.judge([Probe(0, running=True), Probe(1, running=True, over_limit="it passed its disk limit of 1.00 GiB")],
-                       now=100.0)
+                       asked_at=99.0, now=100.0)
     assert lost == {1: "it passed its disk limit of 1.00 GiB"}
+
+
+def test_a_node_is_lost_once_silent_for_lost_after_counted_from_its_last_answered_look(settings):
+    watch = WorkerWatch([], on_lost=lambda lost, silent: None, interval=5, lost_after=30)  # type: ignore[arg-type, return-value]
+    assert watch.judge([Probe(0, running=True)], asked_at=100.0, now=100.5) == {}
+    # Each unanswered look gives up after its timeout; the silence runs from the look that was answered.
+    assert watch.judge([Probe(0, unreachable="timed out")], asked_at=105.0, now=110.0) == {}
+    assert watch.judge([Probe(0, unreachable="timed out")], asked_at=115.0, now=125.0) == {}
+    lost = watch.judge([Probe(0, unreachable="timed out")], asked_at=125.0, now=130.0)
+    assert lost == {0: "its node has not answered for 30 s (timed out)"} and watch.unreachable == {0}
+    assert watch.judge([Probe(1, gone="its container is gone")], asked_at=130.0, now=131.0) == {1: "its container is gone"}
+    assert watch.unreachable == {0}, "a gone container's node answered: its teardown is still tried"
 
 
 def test_the_card_of_a_worker_ended_for_its_disk_says_disk_limit_not_a_lost_node_and_reads_in_portuguese():

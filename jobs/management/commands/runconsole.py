@@ -6,6 +6,7 @@ Its children are supervised: one that crashes is started again, and none outlive
 import signal
 import subprocess
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -14,6 +15,8 @@ from django.core.management.base import BaseCommand
 
 from console import services
 from console.supervisor import Supervisor, end_with_parent
+from jobs import localcluster, localstore
+from jobs.management.commands.localstore import other_store_configured
 
 
 def local_address(host: str) -> str:
@@ -22,6 +25,16 @@ def local_address(host: str) -> str:
 
 
 class Command(BaseCommand):
+    def start_object_store(self, children: Supervisor, logs: Path, nodes_reach: str) -> None:
+        """SeaweedFS where the local cluster's nodes reach it, registered as the storage "local"."""
+        state, port = Path(settings.LOCALSTORE_STATE_DIR), settings.LOCALSTORE_BASE_PORT
+        localstore.keys(state)
+        argv = localstore.server_argv(state, nodes_reach, port)
+        self.stdout.write(f"starting the object store (SeaweedFS) on {nodes_reach}:{port}")
+        children.add("object store", lambda: services.start_object_store(argv, nodes_reach, port,
+                                                                         logs / "objectstore.log", end_with_parent))
+        call_command("localstore", "register", localstore.endpoint(nodes_reach, port), stdout=self.stdout)
+
     help = "Migrate, seed, bring up the local cluster, Redis (if none answers), a Celery worker and the web server."
 
     def add_arguments(self, parser):
@@ -60,6 +73,8 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"starting Redis on {redis_host}:{redis_port}")
                 children.add("redis", lambda: services.start_redis(redis_port, logs / "redis.log", end_with_parent))
+            if cluster_up and not other_store_configured():
+                self.start_object_store(children, logs, nodes_reach=localcluster.gateway(settings.LOCALCLUSTER_SUBNET))
             # Runs and control work in worker processes of their own (console/settings.py, CELERY_TASK_QUEUES):
             # a full set of runs never delays a stop, a node check, a dispatch or a notification.
             children.add("celery worker (runs)", lambda: services.start_celery_worker(

@@ -16,6 +16,9 @@ tar --no-same-owner --no-same-permissions -xf bundle.tar
 tar --no-same-owner --no-same-permissions -xf code.tar -C home/user-job-dir
 # Where each rank's fork agent records how the rank ended (see rank-agent.sh).
 mkdir -p home/.mpi/ranks
+# The platform's local data folders: train_url's is the job's to write (jobs.launch.data_paths); the
+# input, when fetched, is mounted read-only over modelarts/inputs.
+mkdir -p home/modelarts/inputs home/modelarts/outputs/train_url_0
 rm -f bundle.tar code.tar
 # Modes first, while everything is still root's: once the job's uid owns the tree, a process of that
 # uid on the node could swap a path for a link, and root must not follow it.

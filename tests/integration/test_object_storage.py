@@ -1,0 +1,128 @@
+"""Data in and out through a real object store (SeaweedFS): s3:// and obs:// as data_url and train_url.
+
+The store is the tests' own SeaweedFS, registered as `make run` registers its own; the jobs run on the
+local cluster's nodes in real containers. What is checked is what a user of the reference platform expects:
+the input is on every worker before the program starts, read-only; the output is in the bucket after the
+job, and up to the stop after a stop; a rerun fetches nothing again; another user's bucket is out of reach.
+"""
+
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from jobs.management.commands.localstore import register
+from jobs.models import JobStatus, Worker
+from jobs.object_store.client import ObjectStore
+from tests.integration.helpers import log_text, submit_program, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DATASET = {"train/a.csv": b"x,y\n1,2\n" * 50, "train/b.csv": b"x,y\n3,4\n" * 70, "labels.txt": b"cat\ndog\n"}
+
+
+@pytest.fixture
+def storage(console, object_store):
+    return register(object_store["endpoint"], object_store["state"])
+
+
+@pytest.fixture
+def bucket(storage, owner):
+    """The owner's own bucket, with a small dataset under datasets/toy/."""
+    name = storage.user_bucket(owner.pk, owner.username)
+    store = ObjectStore(storage.access())
+    store.create_bucket(name)
+    for key, body in DATASET.items():
+        store.client.put_object(Bucket=name, Key=f"datasets/toy/{key}", Body=body)
+    return name
+
+
+def steps(count: int, every: float = 0.0) -> list[dict[str, str]]:
+    return [{"name": "steps", "value": str(count)}, {"name": "every", "value": str(every)}]
+
+
+def keys_under(storage, bucket: str, prefix: str) -> dict[str, int]:
+    return {item.key.removeprefix(prefix): item.size for item in ObjectStore(storage.access()).objects(bucket, prefix, 1000)}
+
+
+def test_a_two_node_job_reads_its_s3_input_on_every_worker_and_leaves_its_output_in_the_obs_bucket(
+        api, storage, bucket):
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         train_url=f"obs://{bucket}/runs/first/")
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(job)
+
+    for rank in range(4):
+        assert f"rank {rank} read 3 files from /home/ma-user/modelarts/inputs/data_url_0/" in log, log
+        assert f"rank {rank} cannot write into its input: Read-only file system" in log, log
+    assert log.count("digest ") == 4 and len({line.split("digest ")[1].split()[0]
+                                              for line in log.splitlines() if "digest " in line}) == 1
+    assert f"(DATA_URL=s3://{bucket}/datasets/toy/)" in log
+    assert "--data_url=/home/ma-user/modelarts/inputs/data_url_0/" in job.command
+    assert "--train_url=/home/ma-user/modelarts/outputs/train_url_0/" in job.command
+
+    assert keys_under(storage, bucket, "runs/first/") == {f"checkpoints/step-{step}.txt": len(f"weights after step {step}\n") * 100 for step in range(3)}
+    assert job.outputs_summary["state"] == "uploaded", job.outputs_summary
+    assert sorted(job.output_files.values_list("path", flat=True)) == [f"checkpoints/step-{step}.txt" for step in range(3)]
+
+    # The owner downloads from the bucket through a link the console signs; the bytes never pass through it.
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/outputs/checkpoints/step-0.txt")
+    assert answer.status_code == 302 and answer["Location"].startswith(storage.endpoint_url)
+
+
+def test_a_rerun_finds_its_input_in_the_nodes_cache_and_fetches_nothing(api, storage, bucket):
+    first = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/", parameters=steps(1))
+    wait_for(first, [JobStatus.COMPLETED], timeout=240)
+    assert "input ready: 3 files" in log_text(first)
+
+    second = submit_program(api, "data_roundtrip.py", name="data-roundtrip-again",
+                            data_url=f"s3://{bucket}/datasets/toy/", parameters=steps(1))
+    second = wait_for(second, [JobStatus.COMPLETED], timeout=240)
+    ready = [line for line in log_text(second).splitlines() if "input ready:" in line]
+    assert len(ready) == 2 and all("0 bytes fetched from the store" in line for line in ready), ready
+
+
+def test_a_stopped_jobs_output_up_to_the_stop_is_in_the_bucket(api, storage, bucket):
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         train_url=f"s3://{bucket}/runs/stopped/", parameters=steps(1000, every=0.5))
+    wait_for(job, [JobStatus.RUNNING], timeout=240)
+    deadline = time.monotonic() + 120
+    while "saved checkpoint 4" not in log_text(job):
+        assert time.monotonic() < deadline, log_text(job)
+        time.sleep(0.5)
+    # What the program had saved when the stop was asked for (it goes on saving until its container ends).
+    last = max(int(line.split()[-1]) for line in log_text(job).splitlines() if "saved checkpoint" in line)
+    assert api.post(f"/api/v1/training-jobs/{job.pk}/stop").status_code in (200, 202)
+    job = wait_for(job, [JobStatus.TERMINATED], timeout=120)
+
+    saved = keys_under(storage, bucket, "runs/stopped/")
+    assert {f"checkpoints/step-{step}.txt" for step in range(last + 1)} <= set(saved), (last, saved)
+    assert job.outputs_summary["state"] == "uploaded", job.outputs_summary
+
+
+def test_another_users_bucket_is_refused_where_the_url_was_typed_and_their_outputs_cannot_be_fetched(
+        api, storage, bucket):
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         train_url=f"s3://{bucket}/runs/private/", parameters=steps(1))
+    wait_for(job, [JobStatus.COMPLETED], timeout=240)
+
+    intruder = get_user_model().objects.create_user("intruder", password="intruder-password")
+    client = APIClient()
+    client.force_authenticate(intruder)
+    body = {"name": "steal", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1,
+            "code_dir": "data_roundtrip", "boot_file": "data_roundtrip.py"}
+    answer = client.post("/api/v1/training-jobs", {**body, "data_url": f"s3://{bucket}/datasets/toy/"}, format="json")
+    assert answer.status_code == 400
+    assert f"Bucket {bucket} is not yours" in str(answer.json()), answer.json()
+    answer = client.post("/api/v1/training-jobs", {**body, "train_url": f"obs://{bucket}/runs/overwrite/"}, format="json")
+    assert answer.status_code == 400 and "is not yours" in str(answer.json())
+    answer = client.post("/api/v1/training-jobs", {**body, "data_url": "gs://somewhere/data/"}, format="json")
+    assert answer.status_code == 400 and "gs:// is not a storage this console reads" in str(answer.json())
+    answer = api.post("/api/v1/training-jobs", {**body, "name": "empty", "data_url": f"s3://{bucket}/nothing/here/"},
+                      format="json")
+    assert answer.status_code == 400 and "Nothing is stored under" in str(answer.json())
+
+    # The job is not the intruder's to see, nor its files to download (an admin sees the list, not the bytes).
+    assert client.get(f"/api/v1/training-jobs/{job.pk}/outputs/checkpoints/step-0.txt").status_code == 404
+    assert not Worker.objects.filter(job__owner=intruder).exists()
