@@ -56,6 +56,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class ElsewhereRedirect(Exception):
+    """The console sent a GET to another origin (a signed link to an object store)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+
+
 class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
     """Follows a redirect only within the configured console's origin (scheme, host and port): the token is
     a password, and urllib would send it on to whatever host a redirect names, or over plain HTTP."""
@@ -66,6 +74,9 @@ class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if origin_of(newurl) != origin_of(self.console_url):
             fp.close()
+            if getattr(req, "to_object_store", False) and newurl.startswith(("http://", "https://")):
+                # A file kept in an object store: the caller fetches the signed link itself, without the token.
+                raise ElsewhereRedirect(newurl)
             raise CliError(f"the console at {self.console_url} redirected to {newurl}, which is not the console; "
                            "the token was not sent there (set the console's own URL with `tc login --url`)")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -88,10 +99,12 @@ class Client:
         return f"{self.settings.url}{base}{suffix}"
 
     def open(self, method: str, path: str, *, query: dict | None = None, body: bytes | IO[bytes] | None = None,
-             headers: dict | None = None, timeout: float = TIMEOUT_SECONDS):
-        """The response, open; a refusal raises CliError (BadInput for the 4xx that mean the request was wrong)."""
+             headers: dict | None = None, timeout: float = TIMEOUT_SECONDS, to_object_store: bool = False):
+        """The response, open; a refusal raises CliError (BadInput for the 4xx that mean the request was wrong).
+        `to_object_store`: a redirect elsewhere raises ElsewhereRedirect (a file the console keeps in a store)."""
         request = urllib.request.Request(self.url(path, query), data=body, method=method, headers={
             "Authorization": f"Token {self.settings.token}", "User-Agent": f"tc/{__version__}", **(headers or {})})
+        request.to_object_store = to_object_store  # type: ignore[attr-defined]
         try:
             return self.opener.open(request, timeout=timeout)
         except urllib.error.HTTPError as error:
@@ -171,7 +184,16 @@ class Client:
             return json.loads(response.read())
 
     def download(self, path: str, destination: IO[bytes]) -> None:
-        with self.open("GET", path) as response:
+        """A file from the console, or from the object store the console sends its owner to (a signed link:
+        fetched without the token, which is for the console alone)."""
+        try:
+            response = self.open("GET", path, to_object_store=True)
+        except ElsewhereRedirect as redirect:
+            try:
+                response = urllib.request.urlopen(redirect.url, timeout=max(TIMEOUT_SECONDS, 600))
+            except (urllib.error.URLError, OSError) as error:
+                raise Unreachable(f"cannot fetch {path} from the object store: {getattr(error, 'reason', error)}") from None
+        with response:
             while chunk := response.read(1 << 16):
                 destination.write(chunk)
 

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path, PurePosixPath
 
-from . import config
+from . import config, data
 from .api import Client
 from .documents import dumps, line_text, load_document, submission_of, with_flags, zipped_folder
 from .errors import BadInput, CliError
@@ -223,3 +223,15 @@ def cmd_outputs(args) -> int:
     if args.get:
         print(f"Kept files saved under {args.get}", file=sys.stderr)
     return 0
+
+
+def cmd_data_ls(args) -> int:
+    return data.cmd_ls(client_of(args), args.object_url or "", args.json)
+
+
+def cmd_data_push(args) -> int:
+    return data.cmd_push(client_of(args), args.dir, args.object_url)
+
+
+def cmd_data_get(args) -> int:
+    return data.cmd_get(client_of(args), args.object_url, args.dir)

@@ -94,6 +94,21 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--sharing", choices=["private", "everyone", "group"], help="who else may see it")
     push.add_argument("--group", help="the group to share it with")
     push.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    stored = sub.add_parser("data", help="your bucket in the console's object stores (s3://, obs://)").add_subparsers(
+        dest="data_command", required=True, parser_class=Parser)
+    listing = stored.add_parser("ls", help="your buckets, or what a folder holds")
+    listing.set_defaults(handler=commands.cmd_data_ls)
+    listing.add_argument("object_url", metavar="URL", nargs="?", help="s3://bucket/folder/ (none: your buckets)")
+    listing.add_argument("--json", action="store_true", help="print the API's JSON")
+    data_push = stored.add_parser("push", help="upload a folder's files under an s3:// or obs:// folder")
+    data_push.set_defaults(handler=commands.cmd_data_push)
+    data_push.add_argument("dir", help="the local folder")
+    data_push.add_argument("object_url", metavar="URL", help="s3://bucket/folder/")
+    data_get = stored.add_parser("get", help="download an object, or a folder's objects (a URL ending in /)")
+    data_get.set_defaults(handler=commands.cmd_data_get)
+    data_get.add_argument("object_url", metavar="URL", help="s3://bucket/folder/ or s3://bucket/key")
+    data_get.add_argument("dir", help="the local folder to save into")
     return root
 
 

@@ -2,13 +2,17 @@ from django.urls import path
 
 from jobs.api.log_events import job_log_events
 
-from . import events, resources, results, views
+from . import data, events, resources, results, views
 
 urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
     path("engines", views.EngineList.as_view(), name="api-engines"),
     path("code-dirs", views.CodeDirList.as_view(), name="api-code-dirs"),
     path("code-dirs/<int:pk>", views.CodeDirDetail.as_view(), name="api-code-dir"),
+    # The user's own bucket in each object store: browse it, and links to put and get files.
+    path("data", data.DataBrowse.as_view(), name="api-data"),
+    path("data/upload-links", data.DataUploadLinks.as_view(), name="api-data-upload-links"),
+    path("data/download-link", data.DataDownloadLink.as_view(), name="api-data-download-link"),
     path("training-jobs", views.TrainingJobList.as_view(), name="api-jobs"),
     path("training-jobs/<int:pk>", views.TrainingJobDetail.as_view(), name="api-job"),
     path("training-jobs/<int:pk>/log", views.job_log, name="api-job-log"),

@@ -102,6 +102,29 @@ class ObjectStore:
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
             raise _words(error, f"listing {bucket}/{prefix}") from error
 
+    def browse(self, bucket: str, prefix: str, start_after: str, limit: int) -> tuple[list[str], list[StoredObject], bool]:
+        """One level under prefix, as a folder browser shows it: (sub-folders, objects, whether there is more)."""
+        try:
+            answer = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/", MaxKeys=limit,
+                                                 **({"StartAfter": start_after} if start_after else {}))
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise _words(error, f"{bucket}/{prefix}") from error
+        folders = [str(item["Prefix"]) for item in answer.get("CommonPrefixes", [])]
+        objects = [StoredObject(str(item["Key"]), int(item["Size"]), str(item.get("ETag", "")).strip('"'))
+                   for item in answer.get("Contents", []) if str(item["Key"]) != prefix]
+        return folders, objects, bool(answer.get("IsTruncated"))
+
+    def head(self, bucket: str, key: str) -> StoredObject | None:
+        try:
+            answer = self.client.head_object(Bucket=bucket, Key=key)
+        except botocore.exceptions.ClientError as error:
+            if str(error.response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise _words(error, f"{bucket}/{key}") from error
+        except botocore.exceptions.BotoCoreError as error:
+            raise _words(error, f"{bucket}/{key}") from error
+        return StoredObject(key, int(answer["ContentLength"]), str(answer.get("ETag", "")).strip('"'))
+
     def has_any(self, bucket: str, prefix: str) -> bool:
         try:
             answer = self.client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)

@@ -248,3 +248,39 @@ def test_login_then_a_jobs_outputs_fetched_and_its_nccl_report(tc, console, tmp_
     report = tc.json("nccl", str(job.pk))
     assert report["status"] == JobStatus.COMPLETED and report["expected"]["ranks"] == 4
     assert tc.run("nccl", str(job.pk)).returncode == 0
+
+
+def test_data_pushed_with_tc_is_a_jobs_input_and_its_obs_output_comes_back_with_tc(tc, console, object_store,
+                                                                                  owner, tmp_path):
+    from jobs.management.commands.localstore import register
+
+    storage = register(object_store["endpoint"], object_store["state"])
+    bucket = f"s3://{storage.user_bucket(owner.pk, owner.username)}"
+    assert tc.run("data", "ls").stdout.strip() == f"{bucket}/  (local)"
+    dataset = tmp_path / "dataset"
+    (dataset / "train").mkdir(parents=True)
+    (dataset / "train" / "a.csv").write_text("x,y\n1,2\n")
+    (dataset / "labels.txt").write_text("cat\ndog\n")
+    pushed = tc.run("data", "push", str(dataset), f"{bucket}/datasets/toy")
+    assert pushed.returncode == 0 and "Uploaded 2 file(s), 16 bytes" in pushed.stdout, pushed
+    listed = tc.run("data", "ls", f"{bucket}/datasets/toy/").stdout.splitlines()
+    assert [line.split()[-1] for line in listed] == [f"{bucket}/datasets/toy/train/", f"{bucket}/datasets/toy/labels.txt"]
+    refused = tc.run("data", "ls", "s3://user-999-someone/")
+    assert refused.returncode != 0 and "is not yours" in refused.stderr
+
+    shutil.copytree(program_folder(tmp_path, "data_roundtrip.py"), tmp_path / "roundtrip")
+    tc.json("code", "push", str(tmp_path / "roundtrip"), "--name", "cli-roundtrip")
+    obs = bucket.replace("s3://", "obs://")
+    done = tc.run("submit", str(job_file(tmp_path, "cli-roundtrip", "data_roundtrip.py",
+                                         data_url=f"{bucket}/datasets/toy/", train_url=f"{obs}/runs/cli/")),
+                  "--param", "steps=2", "--follow")
+    assert done.returncode == 0, done.stderr
+    assert "read 2 files from /home/ma-user/modelarts/inputs/data_url_0/" in done.stdout
+    job = TrainingJob.objects.get(name="cli-job")
+
+    fetched = tc.run("outputs", str(job.pk), "--get", str(tmp_path / "got"))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "got" / "checkpoints" / "step-1.txt").read_text() == "weights after step 1\n" * 100
+    got = tc.run("data", "get", f"{obs}/runs/cli/", str(tmp_path / "again"))
+    assert got.returncode == 0 and "Saved 2 file(s)" in got.stdout, got
+    assert (tmp_path / "again" / "checkpoints" / "step-0.txt").read_text() == "weights after step 0\n" * 100

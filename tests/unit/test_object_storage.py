@@ -179,3 +179,30 @@ def test_the_node_refuses_a_path_out_of_the_input_folder_an_object_of_another_si
     full = stage(tmp_path, [{"path": "data_url_0/a.bin", "url": f"{base}/a.bin", "size": 10, "cache_key": "k3"}],
                  reserve=10**18)
     assert full.returncode != 0 and "the input needs 10 bytes more on this node" in full.stdout
+
+
+@pytest.mark.django_db
+def test_the_data_api_answers_bad_urls_and_paths_with_a_clear_400_never_a_500(client, django_user_model):
+    from rest_framework.test import APIClient
+
+    user = django_user_model.objects.create_user("alice", password="pw")
+    api = APIClient()
+    api.force_authenticate(user)
+    assert api.get("/api/v1/data").json()["buckets"] == []
+    answer = api.get("/api/v1/data", {"url": "gs://bucket/data/"})
+    assert answer.status_code == 400 and "gs:// is not a storage this console reads" in str(answer.json())
+    answer = api.get("/api/v1/data", {"url": "s3://user-1-alice/"})
+    assert answer.status_code == 400 and "No object store of this console answers to s3://" in str(answer.json())
+
+    storage = Storage(name="away", endpoint_url="http://127.0.0.1:9")
+    storage.set_keys("access", "secret")
+    storage.save()
+    own = f"s3://{storage.user_bucket(user.pk, 'alice')}/"
+    assert api.get("/api/v1/data").json()["buckets"] == [{"storage": "away", "url": own}]
+    answer = api.get("/api/v1/data", {"url": own})
+    assert answer.status_code == 400 and "The object store did not answer" in str(answer.json())
+    answer = api.post("/api/v1/data/upload-links", {"url": own, "files": [{"path": "../x"}, {"path": "a/\x1b[2J"}]},
+                      format="json")
+    assert answer.status_code == 400 and "cannot be an object's key" in str(answer.json())
+    answer = api.get("/api/v1/data/download-link", {"url": "s3://user-9-bob/secret.bin"})
+    assert answer.status_code == 400 and "is not yours" in str(answer.json())

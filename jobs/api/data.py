@@ -1,0 +1,136 @@
+"""The user's data in the object stores: browse their buckets, and links to put and get files.
+
+The bytes never pass through the console: it signs a URL for each object (good for minutes), and the
+browser, `tc data push` or `tc data get` talk to the store with it. A user reaches only their own bucket
+(jobs.object_store.access), as the jobs' data_url and train_url do.
+"""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs.models import Storage
+from jobs.object_store.access import Reach, reach
+from jobs.object_store.client import StoreError
+from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+
+LINK_SECONDS = 900
+BROWSE_PAGE = 200
+MAX_LINKS = 1000
+
+
+def _reach(request, text: str, field: str = "url") -> Reach:
+    try:
+        url = parse_object_url(text)
+        if url is None:
+            raise ObjectUrlError(f"{text!r} is not an object URL (s3://bucket/folder/ or obs://bucket/folder/)")
+        return reach(text, Storage.answering(url.scheme, None), request.user.pk, request.user.get_username())
+    except (ObjectUrlError, StoreError) as error:
+        raise ValidationError({field: [str(error)]}) from error
+
+
+class BucketSerializer(serializers.Serializer):
+    storage = serializers.CharField(help_text="The store's name.")
+    url = serializers.CharField(help_text="The user's own bucket in it, as data_url and train_url name it.")
+
+
+class StoredObjectSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The object's full key.")
+    name = serializers.CharField(help_text="Its name under the folder browsed.")
+    size = serializers.IntegerField(help_text="Bytes.")
+
+
+class BrowseSerializer(serializers.Serializer):
+    url = serializers.CharField(allow_blank=True, help_text="The folder browsed; blank: the user's buckets.")
+    buckets = BucketSerializer(many=True, help_text="The user's bucket in each store.")
+    folders = serializers.ListField(child=serializers.CharField(), help_text="Sub-folders, as URLs.")
+    objects = StoredObjectSerializer(many=True, help_text="The objects directly in the folder.")
+    more = serializers.BooleanField(help_text="More entries: ask again with `after` set to the last key.")
+
+
+class UploadFileSerializer(serializers.Serializer):
+    path = serializers.CharField(max_length=1024, help_text="The file's path under the folder, with '/'.")
+
+
+class UploadLinksRequestSerializer(serializers.Serializer):
+    url = serializers.CharField(max_length=1024, help_text="The folder to upload into, e.g. s3://user-3-alice/data/.")
+    files = UploadFileSerializer(many=True, help_text=f"At most {MAX_LINKS} files a request.")
+
+
+class LinkSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="The file's path under the folder.")
+    url = serializers.CharField(help_text="A presigned PUT URL for it, good for 15 minutes.")
+
+
+class UploadLinksSerializer(serializers.Serializer):
+    links = LinkSerializer(many=True)
+
+
+class DownloadLinkSerializer(serializers.Serializer):
+    url = serializers.CharField(help_text="A presigned GET URL, good for 15 minutes.")
+    size = serializers.IntegerField(help_text="The object's bytes.")
+
+
+class DataBrowse(APIView):
+    @extend_schema(summary="The user's buckets, or one folder of one of them", responses=BrowseSerializer,
+                   parameters=[OpenApiParameter("url", str, description="s3:// or obs:// folder; none: the buckets"),
+                               OpenApiParameter("after", str, description="Continue after this key.")])
+    def get(self, request):
+        buckets = [{"storage": storage.name,
+                    "url": f"{storage.schemes.split()[0]}://{storage.user_bucket(request.user.pk, request.user.get_username())}/"}
+                   for storage in Storage.objects.filter(enabled=True)]
+        text = str(request.query_params.get("url", "")).strip()
+        if not text:
+            return Response({"url": "", "buckets": buckets, "folders": [], "objects": [], "more": False})
+        where = _reach(request, text)
+        prefix = where.url.folder_prefix
+        try:
+            folders, objects, more = where.store.browse(where.url.bucket, prefix,
+                                                         str(request.query_params.get("after", "")), BROWSE_PAGE)
+        except StoreError as error:
+            raise ValidationError({"url": [str(error)]}) from error
+        base = f"{where.url.scheme}://{where.url.bucket}/"
+        return Response({"url": base + prefix, "buckets": buckets, "folders": [base + folder for folder in folders],
+                         "objects": [{"key": item.key, "name": item.key[len(prefix):], "size": item.size}
+                                     for item in objects], "more": more})
+
+
+class DataUploadLinks(APIView):
+    @extend_schema(summary="Presigned PUT links to upload files into one of the user's folders",
+                   request=UploadLinksRequestSerializer, responses=UploadLinksSerializer)
+    def post(self, request):
+        body = UploadLinksRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        files = body.validated_data["files"]
+        if len(files) > MAX_LINKS:
+            raise ValidationError({"files": [f"At most {MAX_LINKS} files a request."]})
+        bad = [item["path"] for item in files if not safe_key_part(item["path"])]
+        if bad:
+            raise ValidationError({"files": [f"{path!r} cannot be an object's key (an empty, '.' or '..' part, or a "
+                                             "control character)." for path in bad[:5]]})
+        where = _reach(request, body.validated_data["url"])
+        try:
+            where.store.create_bucket(where.url.bucket)
+        except StoreError as error:
+            raise ValidationError({"url": [str(error)]}) from error
+        return Response({"links": [
+            {"path": item["path"], "url": where.store.presigned_put(where.url.bucket, where.url.folder_prefix + item["path"],
+                                                                    LINK_SECONDS)}
+            for item in files]})
+
+
+class DataDownloadLink(APIView):
+    @extend_schema(summary="A presigned GET link to one of the user's objects", responses=DownloadLinkSerializer,
+                   parameters=[OpenApiParameter("url", str, required=True, description="s3:// or obs:// object")])
+    def get(self, request):
+        where = _reach(request, str(request.query_params.get("url", "")))
+        key = where.url.prefix
+        try:
+            found = where.store.head(where.url.bucket, key) if key and not key.endswith("/") else None
+        except StoreError as error:
+            raise ValidationError({"url": [str(error)]}) from error
+        if found is None:
+            raise ValidationError({"url": [f"No object is stored at {where.url}."]})
+        return Response({"url": where.store.presigned_get(where.url.bucket, key, LINK_SECONDS), "size": found.size})
