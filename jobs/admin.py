@@ -32,6 +32,7 @@ from jobs.models import (
     Node,
     ResourcePool,
     ResourceSpec,
+    SharedPath,
     Storage,
     TrainingJob,
     Worker,
@@ -660,3 +661,9 @@ class StorageAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{storage.name}: {error}", messages.ERROR)
             else:
                 self.message_user(request, _("%(name)s answers, and takes its keys.") % {"name": storage.name})
+
+
+@admin.register(SharedPath)
+class SharedPathAdmin(admin.ModelAdmin):
+    list_display = ["name", "path", "enabled"]
+    filter_horizontal = ["pools"]

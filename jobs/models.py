@@ -1,6 +1,7 @@
 """The domain's records: what can run (specs, nodes, engines), and what ran (jobs, workers, logs)."""
 
 import hashlib
+import posixpath
 import re
 import secrets
 from collections.abc import Iterable
@@ -208,6 +209,51 @@ class Storage(models.Model):
             if scheme in storage.schemes.split() and (not pools or pool is None or pool in pools):
                 return storage
         return None
+
+
+# Where a shared file system may not be mounted from or into: the system's own folders and the job's home.
+FORBIDDEN_SHARED_ROOTS = ("/bin", "/boot", "/dev", "/etc", "/home/ma-user", "/lib", "/lib64", "/opt/training-console",
+                          "/proc", "/root", "/run", "/sbin", "/sys", "/tmp", "/usr", "/var/lib/training-console")
+
+
+class SharedPath(models.Model):
+    """A file system every node of some pools mounts at the same path (NFS, Lustre, BeeGFS...), as Slurm sites
+    have: a job's data_url under it is mounted read-only into its containers, at the same path, not copied."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    path = models.CharField(max_length=255, unique=True,
+                            help_text=_("Absolute, and the same on every node of the pools, e.g. /mnt/datasets."))
+    pools = models.ManyToManyField(ResourcePool, blank=True, related_name="shared_paths",
+                                   help_text=_("The pools whose nodes mount it (none: every pool)."))
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.path})"
+
+    def clean(self) -> None:
+        if not shared_path_is_acceptable(self.path):
+            raise ValidationError({"path": _("Give an absolute, normalised folder outside the system's own folders "
+                                             "and the job's home.")})
+
+    @classmethod
+    def covering(cls, path: str, pool_id: int | None) -> "SharedPath | None":
+        """The shared file system a path in the container lies in, for a job of this pool (None: no pool)."""
+        for shared in cls.objects.filter(enabled=True).prefetch_related("pools"):
+            pools = {pool.pk for pool in shared.pools.all()}
+            inside = path == shared.path or path.startswith(shared.path.rstrip("/") + "/")
+            if inside and (not pools or pool_id in pools):
+                return shared
+        return None
+
+
+def shared_path_is_acceptable(path: str) -> bool:
+    if not path.startswith("/") or posixpath.normpath(path) != path or path == "/" or "\n" in path:
+        return False
+    return not any(path == root or path.startswith(root + "/") or root.startswith(path.rstrip("/") + "/")
+                   for root in FORBIDDEN_SHARED_ROOTS)
 
 
 class Node(models.Model):
@@ -652,7 +698,15 @@ class TrainingJob(models.Model):
             mca_args=self.mca_args,
             extra_args=self.extra_args,
             tune_prefixes=tuple(prefix for prefix in self.tune_prefixes.split(",") if prefix),
+            read_only_mounts=self.shared_mounts(),
         )
+
+    def shared_mounts(self) -> tuple[str, ...]:
+        """The shared file systems this job's data_url lies in: each mounted read-only at its own path."""
+        paths = [str(item["value"]).rstrip("/") or "/" for item in self.parameters if item.get("name") == "data_url"]
+        found = {shared.path for path in paths if path.startswith("/")
+                 if (shared := SharedPath.covering(path, self.pool_id)) is not None}
+        return tuple(sorted(found))
 
     @property
     def duration_seconds(self) -> float | None:

@@ -67,6 +67,8 @@ class JobValues:
     mca_args: str = ""
     extra_args: str = ""
     tune_prefixes: tuple[str, ...] = ()
+    # Shared file systems (the same path on every node) the job reads its input from, mounted read-only.
+    read_only_mounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,8 @@ class JobPlan:
     rank_workers: tuple[int, ...] = ()
     # data_url names an object store: each worker's node fetches it and the container mounts it read-only.
     stages_inputs: bool = False
+    # Shared file systems mounted read-only at their own path (JobValues.read_only_mounts).
+    read_only_mounts: tuple[str, ...] = ()
 
     @property
     def rank_count(self) -> int:
@@ -331,5 +335,6 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         rank_workers=tuple(rank_placement) if rank_placement else job_rank_workers(job),
         image=job.image,
         stages_inputs=bool(object_url_of(job.parameters, "data_url")),
+        read_only_mounts=job.read_only_mounts,
         limits=container_limits(job.spec),
     )

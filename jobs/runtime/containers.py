@@ -64,6 +64,9 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     if plan.stages_inputs:
         # Root's files, fetched before the start (jobs.runtime.data_in): the job reads them, never changes them.
         argv += ["--volume", f"{worker.workdir}/inputs:{INPUTS_DIR}:ro,nosuid,nodev"]
+    for path in plan.read_only_mounts:
+        # A shared file system of the node's (jobs.models.SharedPath), read where the job's data_url names it.
+        argv += ["--volume", f"{path}:{path}:ro,nosuid,nodev"]
     for device in worker.gpu_devices:
         argv += ["--device", device]
     argv += [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]

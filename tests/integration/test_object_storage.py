@@ -6,15 +6,18 @@ the input is on every worker before the program starts, read-only; the output is
 job, and up to the stop after a stop; a rerun fetches nothing again; another user's bucket is out of reach.
 """
 
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from jobs.management.commands.localstore import register
-from jobs.models import JobStatus, Worker
+from jobs.models import JobStatus, SharedPath, Worker
 from jobs.object_store.client import ObjectStore
+from tests.conftest import RUN_ID
 from tests.integration.helpers import log_text, submit_program, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,3 +129,29 @@ def test_another_users_bucket_is_refused_where_the_url_was_typed_and_their_outpu
     # The job is not the intruder's to see, nor its files to download (an admin sees the list, not the bytes).
     assert client.get(f"/api/v1/training-jobs/{job.pk}/outputs/checkpoints/step-0.txt").status_code == 404
     assert not Worker.objects.filter(job__owner=intruder).exists()
+
+
+@pytest.fixture
+def shared_folder(console):
+    """A folder every node of the local cluster sees at the same path (they share this machine's disk, as
+    the nodes of a Slurm site share an NFS or Lustre mount)."""
+    root = Path(f"/srv/tc-test-shared-{RUN_ID}")
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "datasets" / "toy" / "train").mkdir(parents=True)
+    for key, body in DATASET.items():
+        (root / "datasets" / "toy" / key).write_bytes(body)
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_input_on_a_shared_file_system_is_mounted_read_only_not_copied(api, shared_folder):
+    SharedPath.objects.create(name="datasets", path=str(shared_folder))
+    job = submit_program(api, "data_roundtrip.py", data_url=f"{shared_folder}/datasets/toy", parameters=steps(1))
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(job)
+    for rank in range(4):
+        assert f"rank {rank} read 3 files from {shared_folder}/datasets/toy" in log, log
+        assert f"rank {rank} cannot write into its input: Read-only file system" in log, log
+    assert "input ready" not in log, "nothing is fetched for a shared path"
+    assert not (shared_folder / "datasets" / "toy" / "scribble.txt").exists()

@@ -206,3 +206,21 @@ def test_the_data_api_answers_bad_urls_and_paths_with_a_clear_400_never_a_500(cl
     assert answer.status_code == 400 and "cannot be an object's key" in str(answer.json())
     answer = api.get("/api/v1/data/download-link", {"url": "s3://user-9-bob/secret.bin"})
     assert answer.status_code == 400 and "is not yours" in str(answer.json())
+
+
+@pytest.mark.parametrize(("path", "acceptable"), [
+    ("/mnt/datasets", True), ("/lustre/imagenet", True), ("/", False), ("mnt/datasets", False),
+    ("/mnt/../etc", False), ("/etc/ssl", False), ("/home", False), ("/home/ma-user/data", False),
+    ("/var/lib/training-console/jobs", False), ("/var", False), ("/mnt/data/", False),
+])
+def test_a_shared_file_system_is_an_absolute_folder_outside_the_systems_own(path, acceptable):
+    from jobs.models import shared_path_is_acceptable
+
+    assert shared_path_is_acceptable(path) is acceptable
+
+
+def test_a_shared_file_system_is_mounted_read_only_at_its_own_path():
+    plan = plan_of((("data_url", "/mnt/datasets/mnist"),))
+    plan = replace(plan, read_only_mounts=("/mnt/datasets",))
+    assert "/mnt/datasets:/mnt/datasets:ro,nosuid,nodev" in run_argv(plan, plan.workers[0])
+    assert "--data_url=/mnt/datasets/mnist" in plan.command and not plan.stages_inputs
