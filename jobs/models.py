@@ -628,6 +628,9 @@ class TrainingJob(models.Model):
     idempotency_key = models.CharField(max_length=128, blank=True, editable=False)
     # Auto restart: how often a job that failed for a restartable reason is run again, and how often it was.
     max_restarts = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(3)])
+    # Bring an object-store train_url's files back into the output folder before each start (the reference's
+    # "predownload"): a program resumes from the checkpoint it left there.
+    predownload = models.BooleanField(default=False)
     restart_count = models.PositiveSmallIntegerField(default=0)
     # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
     attempt_log_starts = models.JSONField(default=list, blank=True, editable=False)
@@ -699,6 +702,7 @@ class TrainingJob(models.Model):
             extra_args=self.extra_args,
             tune_prefixes=tuple(prefix for prefix in self.tune_prefixes.split(",") if prefix),
             read_only_mounts=self.shared_mounts(),
+            predownload=self.predownload,
         )
 
     def shared_mounts(self) -> tuple[str, ...]:

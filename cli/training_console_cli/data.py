@@ -69,7 +69,7 @@ def cmd_push(client: Client, source: str, url: str) -> int:
     sent = 0
     for start in range(0, len(files), LINKS_A_REQUEST):
         batch = files[start:start + LINKS_A_REQUEST]
-        links = client.post("data/upload-links", {"url": folder_url(url), "files": [{"path": path} for path, _ in batch]})
+        links = client.post("data/upload-links", {"url": folder_url(url), "paths": [path for path, _ in batch]})
         local = dict(batch)
         for link in links["links"]:
             path = local[link["path"]]

@@ -50,13 +50,21 @@ class BrowseSerializer(serializers.Serializer):
     more = serializers.BooleanField(help_text="More entries: ask again with `after` set to the last key.")
 
 
-class UploadFileSerializer(serializers.Serializer):
-    path = serializers.CharField(max_length=1024, help_text="The file's path under the folder, with '/'.")
-
-
 class UploadLinksRequestSerializer(serializers.Serializer):
     url = serializers.CharField(max_length=1024, help_text="The folder to upload into, e.g. s3://user-3-alice/data/.")
-    files = UploadFileSerializer(many=True, help_text=f"At most {MAX_LINKS} files a request.")
+    # Read as they come and checked in the view: a child field's errors would be keyed by index, and an
+    # error here is {field: [messages]} like every other.
+    paths = serializers.JSONField(help_text=(
+        f"A list of the files' paths under the folder (strings, with '/'); 1 to {MAX_LINKS} a request."))
+
+    def validate_paths(self, paths: object) -> list[str]:
+        if not isinstance(paths, list) or not 1 <= len(paths) <= MAX_LINKS:
+            raise serializers.ValidationError(f"Give a list of 1 to {MAX_LINKS} paths.")
+        bad = [path for path in paths if not isinstance(path, str) or len(path) > 1024 or not safe_key_part(path)]
+        if bad:
+            raise serializers.ValidationError([f"{path!r} cannot be an object's key (an empty, '.' or '..' part, or a "
+                                               "control character)." for path in bad[:5]])
+        return paths
 
 
 class LinkSerializer(serializers.Serializer):
@@ -65,7 +73,7 @@ class LinkSerializer(serializers.Serializer):
 
 
 class UploadLinksSerializer(serializers.Serializer):
-    links = LinkSerializer(many=True)
+    links = LinkSerializer(many=True, help_text="One link per file asked for, in the same order.")
 
 
 class DownloadLinkSerializer(serializers.Serializer):
@@ -103,22 +111,15 @@ class DataUploadLinks(APIView):
     def post(self, request):
         body = UploadLinksRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        files = body.validated_data["files"]
-        if len(files) > MAX_LINKS:
-            raise ValidationError({"files": [f"At most {MAX_LINKS} files a request."]})
-        bad = [item["path"] for item in files if not safe_key_part(item["path"])]
-        if bad:
-            raise ValidationError({"files": [f"{path!r} cannot be an object's key (an empty, '.' or '..' part, or a "
-                                             "control character)." for path in bad[:5]]})
+        paths = body.validated_data["paths"]
         where = _reach(request, body.validated_data["url"])
         try:
             where.store.create_bucket(where.url.bucket)
         except StoreError as error:
             raise ValidationError({"url": [str(error)]}) from error
         return Response({"links": [
-            {"path": item["path"], "url": where.store.presigned_put(where.url.bucket, where.url.folder_prefix + item["path"],
-                                                                    LINK_SECONDS)}
-            for item in files]})
+            {"path": path, "url": where.store.presigned_put(where.url.bucket, where.url.folder_prefix + path, LINK_SECONDS)}
+            for path in paths]})
 
 
 class DataDownloadLink(APIView):

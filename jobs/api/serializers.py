@@ -193,8 +193,9 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                                  help_text="The resource pool's name (or id); null for any pool.")
     data_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
                                      help_text="Where the input data is; passed first as --data_url.")
-    train_url = serializers.CharField(required=False, allow_blank=True, max_length=1024,
-                                      help_text="Where the job writes its outputs (collected from worker-0 when it ends).")
+    train_url = serializers.CharField(required=False, allow_blank=True, max_length=1024, help_text=(
+        "Where the job writes its outputs: an s3:// or obs:// folder (uploaded while the job runs and at its end), or "
+        "a path in the container (collected from worker-0 when it ends)."))
     parameters = NameValueSerializer(many=True, required=False, help_text=(
         "Hyperparameters, in order; the boot file gets each as --name=value after data_url and train_url."))
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False,
@@ -214,7 +215,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "engine_version",
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
-                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "restart_count", "command_template",
+                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "predownload",
+                  "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]
         read_only_fields = ["id", "status", "status_message", "command_template", "command", "hostfile", "tune_file",
@@ -238,6 +240,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "max_restarts": {"help_text": "Auto restart: how many more attempts a job that fails for a restartable "
                                           "reason (a node or worker lost, NCCL or the network, a rank killed by a "
                                           "signal nobody sent) gets, 0-3; 0 is off.", "min_value": 0, "max_value": 3},
+            "predownload": {"help_text": "Bring an s3:// or obs:// train_url's files back into the output folder before "
+                                         "each start (the reference's predownload), to resume from a checkpoint."},
             "restart_count": {"help_text": "How many times auto restart has run the job again (MA_RESTART_COUNT)."},
             "command_template": {"help_text": "The background command with its ${VARIABLES}."},
             "command": {"help_text": "The command as run, expanded."},

@@ -69,6 +69,8 @@ class JobValues:
     tune_prefixes: tuple[str, ...] = ()
     # Shared file systems (the same path on every node) the job reads its input from, mounted read-only.
     read_only_mounts: tuple[str, ...] = ()
+    # Bring an object-store train_url's files back before the start (to resume from a checkpoint there).
+    predownload: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,8 @@ class JobPlan:
     stages_inputs: bool = False
     # Shared file systems mounted read-only at their own path (JobValues.read_only_mounts).
     read_only_mounts: tuple[str, ...] = ()
+    # train_url names an object store and its files come back into the output folder before the start.
+    predownloads_output: bool = False
 
     @property
     def rank_count(self) -> int:
@@ -336,5 +340,6 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         image=job.image,
         stages_inputs=bool(object_url_of(job.parameters, "data_url")),
         read_only_mounts=job.read_only_mounts,
+        predownloads_output=job.predownload and bool(object_url_of(job.parameters, "train_url")),
         limits=container_limits(job.spec),
     )

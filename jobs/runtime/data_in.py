@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import asyncssh
 from django.conf import settings
 
-from jobs.launch.data_paths import DATA_URL_FOLDER, object_url_of
+from jobs.launch.data_paths import DATA_URL_FOLDER, TRAIN_URL_FOLDER, object_url_of
 from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
 from jobs.models import ResourcePool, Storage, TrainingJob
 from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+from jobs.runtime.containers import JOB_UID
 from jobs.runtime.ssh import NodeError
 
 STAGE_SCRIPT = (Path(__file__).resolve().parent / "node_scripts" / "stage-inputs.py").read_text()
@@ -40,6 +41,25 @@ class Download:
     cache_key: str  # the store, the object and its version: the same bytes, wherever a job names them
 
 
+# The modification time a file brought back from train_url gets (stage-inputs.py): unchanged since, it is
+# not uploaded again.
+PREDOWNLOADED_MTIME_NS = 1_000_000_000
+# Where train_url's files come back to, under the worker's folder (the container's /home/ma-user/modelarts/outputs).
+OUTPUTS_TARGET = "home/modelarts/outputs"
+
+
+@dataclass(frozen=True)
+class Staging:
+    """What a worker's node fetches before its container starts, and where it goes."""
+
+    downloads: tuple[Download, ...]
+    # Under the worker's folder: the input (root's, mounted read-only), or the output folder of the job's home.
+    target: str = "inputs"
+    # Copied and owned by the job's uid (a train_url brought back, which the program rewrites), not linked.
+    owned: bool = False
+    what: str = "input"
+
+
 def storage_for(scheme: str, pool_id: int | None) -> Storage | None:
     pool = None if pool_id is None else ResourcePool.objects.filter(pk=pool_id).first()
     return Storage.answering(scheme, pool)
@@ -47,10 +67,27 @@ def storage_for(scheme: str, pool_id: int | None) -> Storage | None:
 
 def input_downloads(job_id: int) -> list[Download]:
     """What each worker fetches for the job's data_url ([] when it names no object store)."""
+    downloads = _downloads(job_id, "data_url", DATA_URL_FOLDER)
+    if downloads is not None and not downloads:
+        raise NodeError("console", "listing the input", f"{object_url_of(_parameters(job_id), 'data_url')} holds no object")
+    return downloads or []
+
+
+def output_downloads(job_id: int) -> list[Download]:
+    """What each worker brings back of the job's train_url before the start ([] when it holds nothing yet)."""
+    return _downloads(job_id, "train_url", TRAIN_URL_FOLDER) or []
+
+
+def _parameters(job_id: int) -> tuple[tuple[str, str], ...]:
+    return TrainingJob.objects.get(pk=job_id).launch_values().parameters
+
+
+def _downloads(job_id: int, name: str, folder: str) -> list[Download] | None:
+    """The objects under the job's `name` URL, each as a download into `folder`; None when it names no store."""
     job = TrainingJob.objects.select_related("owner").get(pk=job_id)
-    text = object_url_of(job.launch_values().parameters, "data_url")
+    text = object_url_of(job.launch_values().parameters, name)
     if not text:
-        return []
+        return None
     try:
         url = parse_object_url(text)
         assert url is not None
@@ -65,14 +102,12 @@ def input_downloads(job_id: int) -> list[Download]:
                 raise ObjectUrlError(f"the object {item.key!r} cannot be a file's path (an empty, '.' or '..' part, "
                                      "or a control character)")
             downloads.append(Download(
-                path=f"{DATA_URL_FOLDER}/{relative}",
+                path=f"{folder}/{relative}",
                 url=where.store.presigned_get(url.bucket, item.key, URL_LIFETIME_S),
                 size=item.size,
                 cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}"))
     except (ObjectUrlError, StoreError) as error:
-        raise NodeError("console", "listing the input", f"{text}: {error}") from error
-    if not downloads:
-        raise NodeError("console", "listing the input", f"{text} holds no object")
+        raise NodeError("console", f"listing {name}", f"{text}: {error}") from error
     return downloads
 
 
@@ -91,14 +126,17 @@ def progress_words(line: str, total_files: int, total_bytes: int) -> str:
     return f"input: {files}/{total_files} files, {readable_size(done)} of {readable_size(total_bytes)}, {rate}/s"
 
 
-async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerPlan, downloads: Sequence[Download],
+async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerPlan, staging: Staging,
                        say: ProgressSay) -> None:
-    """Fetch the input onto the worker's node (into WORKDIR/inputs), saying how it goes."""
+    """Fetch what the staging names onto the worker's node (under its folder), saying how it goes."""
     label = worker.node.label
+    downloads = staging.downloads
     total_files, total_bytes = len(downloads), sum(item.size for item in downloads)
-    await say(f"input: fetching {total_files} files, {readable_size(total_bytes)}, onto {label}")
+    await say(f"{staging.what}: fetching {total_files} files, {readable_size(total_bytes)}, onto {label}")
     argv = ["python3", "-c", STAGE_SCRIPT, worker.workdir, f"{settings.NODE_WORK_ROOT.rstrip('/')}/.object-cache",
             str(settings.NODE_CACHE_GB * 1024**3), str(settings.NODE_DISK_RESERVE_GB * 1024**3)]
+    if staging.owned:
+        argv += [staging.target, str(JOB_UID)]
     last = ""
     try:
         async with connection.create_process(shlex.join(argv)) as process:
@@ -109,12 +147,12 @@ async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerP
                     continue
                 last = line.strip()
                 if last.startswith(("progress ", "staged ")):
-                    await say(progress_words(last, total_files, total_bytes))
+                    await say(progress_words(last, total_files, total_bytes).replace("input", staging.what, 1))
             errors = str(await process.stderr.read())
             await process.wait()
     except (OSError, asyncssh.Error) as error:
-        raise NodeError(label, "fetching the input", str(error)) from error
+        raise NodeError(label, f"fetching the {staging.what}", str(error)) from error
     if process.exit_status != 0 or not last.startswith("staged "):
         reason = last.removeprefix("error ") if last.startswith("error ") else \
             f"exit status {process.exit_status}: {errors.strip()[-300:]}"
-        raise NodeError(label, "fetching the input", reason)
+        raise NodeError(label, f"fetching the {staging.what}", reason)

@@ -19,7 +19,7 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
 from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, SECCOMP_PROFILE, run_argv, seccomp_path
-from jobs.runtime.data_in import Download, stage_inputs
+from jobs.runtime.data_in import Staging, stage_inputs
 from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
@@ -126,7 +126,7 @@ ProgressCallback = Callable[[int, str, str], Awaitable[None]]
 
 
 async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
-                         inputs: Sequence[Download] = ()) -> ContainerStarted:
+                         inputs: Sequence[Staging] = ()) -> ContainerStarted:
     try:
         return await _prepare_worker(plan, worker, code_archive, report, inputs)
     except NodeError as error:
@@ -135,7 +135,7 @@ async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, 
 
 
 async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
-                          inputs: Sequence[Download]) -> ContainerStarted:
+                          inputs: Sequence[Staging]) -> ContainerStarted:
     label = worker.node.label
     await report(worker.index, WorkerState.PREPARING, f"preparing worker-{worker.index} on {label} ({worker.address})")
     if not plan.image:
@@ -158,8 +158,8 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
 
-        if inputs:
-            await stage_inputs(connection, worker, inputs, say)
+        for staging in inputs:
+            await stage_inputs(connection, worker, staging, say)
 
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)
@@ -179,14 +179,14 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
     return ContainerStarted(worker.index, output.strip()[:64])
 
 
-async def prepare_all(plan: JobPlan, report: ProgressCallback, inputs: list[Download] | None = None) -> list[ContainerStarted]:
-    """Start every worker's container in parallel (each with the input fetched first, when the job has one);
+async def prepare_all(plan: JobPlan, report: ProgressCallback, inputs: Sequence[Staging] = ()) -> list[ContainerStarted]:
+    """Start every worker's container in parallel (each with its object-store data fetched first, if any);
     if any fails, raise the first failure after all finish."""
     with tempfile.TemporaryDirectory() as scratch:
         code_archive = Path(scratch) / "code.tar"
         await asyncio.to_thread(write_code_archive, plan, code_archive)
         results = await asyncio.gather(
-            *(prepare_worker(plan, worker, code_archive, report, inputs or []) for worker in plan.workers), return_exceptions=True
+            *(prepare_worker(plan, worker, code_archive, report, inputs) for worker in plan.workers), return_exceptions=True
         )
     failures = [result for result in results if isinstance(result, BaseException)]
     if failures:

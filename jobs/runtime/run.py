@@ -46,7 +46,7 @@ from jobs.object_store.urls import ObjectUrlError
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
-from jobs.runtime.data_in import input_downloads
+from jobs.runtime.data_in import OUTPUTS_TARGET, PREDOWNLOADED_MTIME_NS, Staging, input_downloads, output_downloads
 from jobs.runtime.data_out import OutputSync, describe_reach_error, output_reach, store_destination
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import LaunchCursor, launch
@@ -264,8 +264,7 @@ class JobRun:
         if self.output_sync is not None:
             allowed += store_destination(self.output_sync.where.endpoint_url)
         ALLOWED_DESTINATIONS.set(allowed)
-        inputs = await in_database(input_downloads, self.job_id) if self.plan.stages_inputs else []
-        preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker, inputs=inputs))
+        preparing = asyncio.create_task(prepare_all(self.plan, self.report_worker, inputs=await self.stagings()))
         while True:
             done, _ = await asyncio.wait([preparing], timeout=STOP_POLL_SECONDS)
             if done:
@@ -393,6 +392,21 @@ class JobRun:
         await self.upload_outputs_before_the_end()
         await self.say(f"{message}; ending the containers on every node")
         await self.end_containers()
+
+    async def stagings(self) -> list[Staging]:
+        """What each worker's node fetches before its container starts: the input, and train_url's files when
+        the job brings them back (each attempt, so a restarted program resumes from its last checkpoint)."""
+        found = []
+        if self.plan.stages_inputs:
+            found.append(Staging(tuple(await in_database(input_downloads, self.job_id))))
+        if self.plan.predownloads_output:
+            brought = await in_database(output_downloads, self.job_id)
+            if brought:
+                found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="train_url"))
+                if self.output_sync is not None:  # unchanged since, they are not uploaded again
+                    self.output_sync.sent.update({item.path.split("/", 1)[1]: (item.size, PREDOWNLOADED_MTIME_NS)
+                                                  for item in brought})
+        return found
 
     async def find_output_store(self) -> None:
         try:

@@ -24,6 +24,7 @@ from jobs.launch.command_builder import (
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
 from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
+from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.submission.access import visible_code_dirs
 from jobs.submission.object_urls import object_url_problem
@@ -153,6 +154,8 @@ class TrainingJobForm(forms.Form):
     watchdog_seconds = forms.IntegerField(min_value=0, max_value=7 * 24 * 3600, required=False)
     # Auto restart, as the reference offers it: off (0), or up to 3 more attempts after a restartable failure.
     max_restarts = forms.IntegerField(min_value=0, max_value=3, required=False)
+    # Bring an s3:// or obs:// train_url's files back before the start, to resume from a checkpoint there.
+    predownload = forms.BooleanField(required=False)
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -197,6 +200,7 @@ class TrainingJobForm(forms.Form):
             "metrics": job.metric_definitions,
             "watchdog_seconds": job.watchdog_seconds,
             "max_restarts": job.max_restarts,
+            "predownload": job.predownload,
         }
 
     @property
@@ -386,6 +390,10 @@ class TrainingJobForm(forms.Form):
             if cleaned.get(key) and key in named:
                 self.add_error("parameters", _("%(name)s is given both as a field and as a parameter.") % {"name": key})
         self._check_object_urls(cleaned)
+        if cleaned.get("predownload") and not any(
+                has_scheme(text) for text in [cleaned.get("train_url") or "", *(
+                    str(item["value"]) for item in cleaned.get("parameters") or [] if item.get("name") == "train_url")]):
+            self.add_error("predownload", _("Bringing the output back needs an s3:// or obs:// train_url."))
         if "auto_stop" in self.data:
             self._resolve_auto_stop(cleaned)
         return cleaned

@@ -44,6 +44,7 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         extra_args=data.get("extra_args", ""),
         auto_stop_hours=data.get("auto_stop_hours"),
         max_restarts=data.get("max_restarts") or 0,
+        predownload=bool(data.get("predownload")),
         metric_definitions=data.get("metrics") or default_metric_definitions(),
         watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
         bind_args=defaults.bind_args,

@@ -155,3 +155,31 @@ def test_an_input_on_a_shared_file_system_is_mounted_read_only_not_copied(api, s
         assert f"rank {rank} cannot write into its input: Read-only file system" in log, log
     assert "input ready" not in log, "nothing is fetched for a shared path"
     assert not (shared_folder / "datasets" / "toy" / "scribble.txt").exists()
+
+
+def test_a_job_that_brings_its_train_url_back_resumes_after_the_last_checkpoint_and_uploads_only_the_new_ones(
+        api, storage, bucket):
+    first = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                           train_url=f"s3://{bucket}/runs/resumed/", parameters=steps(2))
+    wait_for(first, [JobStatus.COMPLETED], timeout=240)
+    store = ObjectStore(storage.access()).client
+    before = store.head_object(Bucket=bucket, Key="runs/resumed/checkpoints/step-0.txt")["LastModified"]
+
+    again = submit_program(api, "data_roundtrip.py", name="data-roundtrip-resumed", data_url=f"s3://{bucket}/datasets/toy/",
+                           train_url=f"s3://{bucket}/runs/resumed/", parameters=steps(2), predownload=True)
+    again = wait_for(again, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(again)
+    assert "resuming after 2 checkpoint(s)" in log and "saved checkpoint 3" in log, log
+    assert any("train_url ready: 2 files" in line for line in log.splitlines()), log
+    assert set(keys_under(storage, bucket, "runs/resumed/")) == {f"checkpoints/step-{step}.txt" for step in range(4)}
+    assert store.head_object(Bucket=bucket, Key="runs/resumed/checkpoints/step-0.txt")["LastModified"] == before, \
+        "what came back unchanged is not uploaded again"
+    assert again.outputs_summary["state"] == "uploaded" and again.outputs_summary["total_files"] == 4
+
+
+def test_bringing_the_output_back_needs_an_object_store_train_url(api, storage, bucket):
+    answer = api.post("/api/v1/training-jobs", {
+        "name": "no-store", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1, "code_dir": "data_roundtrip",
+        "boot_file": "data_roundtrip.py", "train_url": "/home/ma-user/outputs", "predownload": True}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["predownload"] == ["Bringing the output back needs an s3:// or obs:// train_url."], answer.json()

@@ -19,7 +19,8 @@ API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/nc
              "/outcome", "/metrics", "/outputs", "/outputs.tar.gz", "/outputs/model.txt"]
 PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 # Where the console's own account pages and lists are refused to a visitor (login first).
-VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines"]
+VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines", "/api/v1/data",
+                      "/api/v1/data/upload-links", "/api/v1/data/download-link"]
 VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/capacity", "/tokens", "/webhook",
                          "/webhook/rotate"]
 
@@ -36,6 +37,9 @@ ROUTE_COVERAGE = {
     **{name: "visitor refused" for name in (
         "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
         "job-preview", "capacity", "token-list", "webhook", "webhook-action")},
+    # Signed in, each user reaches their own bucket only (tests/unit/test_object_storage.py, and
+    # tests/integration/test_object_storage.py against a real store).
+    **{name: "visitor refused" for name in ("api-data", "api-data-upload-links", "api-data-download-link")},
     "api-code-dir": "private code directory",
     "token-revoke": "another's token",
     # Public on purpose: the schema and its docs describe the API and hold no one's data; signing in and

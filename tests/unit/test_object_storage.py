@@ -5,6 +5,7 @@ server (the store's side of the boundary; the real store is in tests/integration
 import hashlib
 import http.server
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -201,7 +202,7 @@ def test_the_data_api_answers_bad_urls_and_paths_with_a_clear_400_never_a_500(cl
     assert api.get("/api/v1/data").json()["buckets"] == [{"storage": "away", "url": own}]
     answer = api.get("/api/v1/data", {"url": own})
     assert answer.status_code == 400 and "The object store did not answer" in str(answer.json())
-    answer = api.post("/api/v1/data/upload-links", {"url": own, "files": [{"path": "../x"}, {"path": "a/\x1b[2J"}]},
+    answer = api.post("/api/v1/data/upload-links", {"url": own, "paths": ["../x", "a/\x1b[2J"]},
                       format="json")
     assert answer.status_code == 400 and "cannot be an object's key" in str(answer.json())
     answer = api.get("/api/v1/data/download-link", {"url": "s3://user-9-bob/secret.bin"})
@@ -224,3 +225,26 @@ def test_a_shared_file_system_is_mounted_read_only_at_its_own_path():
     plan = replace(plan, read_only_mounts=("/mnt/datasets",))
     assert "/mnt/datasets:/mnt/datasets:ro,nosuid,nodev" in run_argv(plan, plan.workers[0])
     assert "--data_url=/mnt/datasets/mnist" in plan.command and not plan.stages_inputs
+
+
+def test_two_nodes_sharing_a_cache_fetch_the_same_objects_at_once_and_both_get_every_one(tmp_path, http_store):
+    served, base, _ = http_store
+    items = []
+    for number in range(30):
+        (served / f"o{number}").write_bytes(bytes([number]) * 50_000)
+        items.append({"path": f"data_url_0/o{number}", "url": f"{base}/o{number}", "size": 50_000,
+                      "cache_key": f"store|b|o{number}|e|50000"})
+    for attempt in range(4):
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+        starts = []
+        for node in ("a", "b"):
+            (tmp_path / node).mkdir(exist_ok=True)
+            starts.append(subprocess.Popen(
+                [sys.executable, "-c", STAGE_SCRIPT, str(tmp_path / node), str(tmp_path / "cache"), str(10**9), "0"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        answers = [process.communicate(json.dumps(items), timeout=60) for process in starts]
+        assert all(process.returncode == 0 for process in starts), (attempt, answers)
+        for node in ("a", "b"):
+            assert all((tmp_path / node / "inputs" / "data_url_0" / f"o{number}").read_bytes() == bytes([number]) * 50_000
+                       for number in range(30))
+        assert not list((tmp_path / "cache").glob("*.part"))

@@ -1,5 +1,5 @@
 """Reads the job's input (--data_url, a local folder the platform filled) on every rank, then writes
-checkpoints into --train_url on rank 0, one every --every seconds, --steps of them."""
+checkpoints into --train_url on rank 0, one every --every seconds, --steps of them, after those already there."""
 
 import argparse
 import hashlib
@@ -33,7 +33,10 @@ except OSError as error:
 
 if rank == 0 and args.train_url:
     os.makedirs(os.path.join(args.train_url, "checkpoints"), exist_ok=True)
-    for step in range(args.steps):
+    # A run whose train_url was brought back resumes after the checkpoints it finds there.
+    start = len(os.listdir(os.path.join(args.train_url, "checkpoints")))
+    print(f"resuming after {start} checkpoint(s)", flush=True)
+    for step in range(start, start + args.steps):
         with open(os.path.join(args.train_url, "checkpoints", f"step-{step}.txt"), "w") as target:
             target.write(f"weights after step {step}\n" * 100)
         print(f"saved checkpoint {step}", flush=True)
