@@ -5,6 +5,11 @@ averages the gradients across ranks at each step (MPI allreduce), and hvd.broadc
 every rank from rank 0's parameters. Each rank prints its host and its loss at each step, and at the
 end a checksum of its own final parameters: the ranks must agree.
 
+With --train_url (an s3:// or obs:// train_url reaches the program as a local folder), rank 0 keeps a
+checkpoint there (checkpoint.pt) and a run that finds one resumes after its step: with the job's "bring
+train_url back" (predownload), a rerun or an auto restart goes on where the last one stopped. With
+--data_url, rank 0 says what it found there.
+
 Run by the platform as:  mpirun ... python train.py [--steps=N --lr=X --fail_rank=R]
 """
 
@@ -52,10 +57,22 @@ def main():
     model = torch.nn.Linear(args.features, 1, dtype=torch.float64)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=args.lr),
                                          named_parameters=model.named_parameters())
+    checkpoint = os.path.join(args.train_url, "checkpoint.pt") if args.train_url else ""
+    first = 1
+    if rank == 0 and args.data_url and os.path.isdir(args.data_url):
+        found = [os.path.join(top, name) for top, _, names in os.walk(args.data_url) for name in names]
+        print(f"data_url: {len(found)} files, {sum(os.path.getsize(path) for path in found)} bytes", flush=True)
+    if rank == 0 and checkpoint and os.path.exists(checkpoint):
+        saved = torch.load(checkpoint)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        first = saved["step"] + 1
+        print(f"resumed from {checkpoint} after step {saved['step']}", flush=True)
+    first = int(hvd.broadcast_object(first, root_rank=0))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    for step in range(1, args.steps + 1):
+    for step in range(first, first + args.steps):
         if rank == args.fail_rank:
             raise RuntimeError(f"rank {rank} failed on purpose at step {step}")
         optimizer.zero_grad()
@@ -64,6 +81,11 @@ def main():
         optimizer.step()
         average = hvd.allreduce(loss.detach(), name="loss", op=hvd.Average).item()
         print(f"rank {rank} host {host} step={step} loss={loss.item():.6f} average_loss={average:.6f}", flush=True)
+        if rank == 0 and checkpoint:
+            # Written aside then renamed: an upload or a stop mid-write never sees half a checkpoint.
+            torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                       checkpoint + ".tmp")
+            os.replace(checkpoint + ".tmp", checkpoint)
 
     weights = torch.cat([parameter.detach().flatten() for parameter in model.parameters()])
     print(f"rank {rank} final weights checksum {weights.sum().item():.12f}", flush=True)

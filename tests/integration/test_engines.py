@@ -91,3 +91,30 @@ def test_the_mindspore_example_trains_on_two_nodes_and_its_ranks_agree_on_the_av
         values = per_rank(job, what + r" (\S+)")
         assert sorted(values) == list(range(RANKS)), what
         assert len({matches[0].group(1) for matches in values.values()}) == 1, f"ranks disagree on the {what}: {values}"
+
+
+def test_the_horovod_example_reads_from_s3_keeps_its_checkpoint_in_obs_and_resumes_from_it(api, horovod, object_store,
+                                                                                         owner):
+    from jobs.management.commands.localstore import register
+    from jobs.object_store.client import ObjectStore
+
+    storage = register(object_store["endpoint"], object_store["state"])
+    bucket = storage.user_bucket(owner.pk, owner.username)
+    store = ObjectStore(storage.access())
+    store.create_bucket(bucket)
+    store.client.put_object(Bucket=bucket, Key="datasets/toy/samples.csv", Body=b"x,y\n1,2\n" * 100)
+    urls = {"data_url": f"s3://{bucket}/datasets/toy/", "train_url": f"obs://{bucket}/runs/horovod/"}
+
+    first = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": "3"}], **urls)
+    first = wait_for(first, [JobStatus.COMPLETED], timeout=300)
+    assert "data_url: 1 files, 800 bytes" in "\n".join(line.text for line in rank_lines(first))
+    assert [item.key for item in store.objects(bucket, "runs/horovod/", 10)] == ["runs/horovod/checkpoint.pt"]
+
+    again = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": "2"}],
+                   predownload=True, **urls)
+    again = wait_for(again, [JobStatus.COMPLETED], timeout=300)
+    text = "\n".join(line.text for line in rank_lines(again))
+    assert "resumed from /home/ma-user/modelarts/outputs/train_url_0/checkpoint.pt after step 3" in text, text
+    losses = per_rank(again, r"host (\S+) step=(\d+) loss=")
+    assert sorted(losses) == list(range(RANKS))
+    assert all([int(match.group(2)) for match in matches] == [4, 5] for matches in losses.values())
