@@ -166,17 +166,38 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
 OBJECT_STORE_PORT = 19000 + 10 * RUN_ID
 
 
+class ObjectStoreServer:
+    """The tests' SeaweedFS, which a fault test may stop and start again (its data stays)."""
+
+    def __init__(self, state: Path, address: str, port: int):
+        self.state, self.address, self.port = state, address, port
+        self.endpoint = localstore.endpoint(address, port)
+        self.process = None
+
+    def start(self) -> None:
+        localstore.keys(self.state)
+        self.process = services.start_object_store(localstore.server_argv(self.state, self.address, self.port),
+                                                   self.address, self.port, TEST_OUTPUT / f"objectstore-{RUN_ID}.log")
+
+    def stop(self) -> None:
+        services.stop(self.process, timeout=30)
+
+    def kill(self) -> None:
+        """Gone at once, as a crashed store or a cut network is (its SIGTERM takes ten seconds or more)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+
 @pytest.fixture(scope="session")
 def object_store(local_cluster, tmp_path_factory):
     """A real object store (SeaweedFS, as `make run` starts it) where the test cluster's nodes reach it."""
-    state = tmp_path_factory.mktemp("objectstore")
-    address = localcluster.gateway(CLUSTER_OPTIONS["subnet"])
-    localstore.keys(state)
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
-    process = services.start_object_store(localstore.server_argv(state, address, OBJECT_STORE_PORT), address,
-                                          OBJECT_STORE_PORT, TEST_OUTPUT / f"objectstore-{RUN_ID}.log")
-    yield {"endpoint": localstore.endpoint(address, OBJECT_STORE_PORT), "state": state}
-    services.stop(process, timeout=30)
+    server = ObjectStoreServer(tmp_path_factory.mktemp("objectstore"), localcluster.gateway(CLUSTER_OPTIONS["subnet"]),
+                               OBJECT_STORE_PORT)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ user could read is sent (links are not followed).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -62,9 +63,15 @@ class OutputSync:
     sent: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (size, mtime_ns) when sent
     found: dict[str, int] = field(default_factory=dict)  # path -> size, at the last look
     failed: dict[str, str] = field(default_factory=dict)  # path -> why its last upload failed
+    # One look at a time: a stop's last upload may come while the periodic one is under way.
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def sync(self) -> None:
         """One look: list the folder, upload what is new or changed. NodeError when the container cannot be asked."""
+        async with self.busy:
+            await self._sync()
+
+    async def _sync(self) -> None:
         try:
             connection = await connect(self.target)
             async with connection:

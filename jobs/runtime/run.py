@@ -130,6 +130,10 @@ def _status(job_id: int) -> str:
     return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
 
 
+# The pauses between the tries of a job's last upload (within OUTPUT_FINAL_SYNC_SECONDS).
+FINAL_UPLOAD_PAUSES = (2.0, 5.0)
+
+
 def _has_object_outputs(job_id: int) -> bool:
     return bool(object_url_of(TrainingJob.objects.get(pk=job_id).launch_values().parameters, "train_url"))
 
@@ -440,9 +444,17 @@ class JobRun:
         await self.say(f"Uploading the outputs to {sync.train_url}")
         problem = ""
         try:
-            await asyncio.wait_for(sync.sync(), settings.OUTPUT_FINAL_SYNC_SECONDS)
-        except NodeError as error:
-            problem = error.reason
+            async with asyncio.timeout(settings.OUTPUT_FINAL_SYNC_SECONDS):
+                # A store that is briefly away (a restart, a network blip) gets a few more tries.
+                for pause in (*FINAL_UPLOAD_PAUSES, None):
+                    try:
+                        await sync.sync()
+                        problem = ""
+                    except NodeError as error:
+                        problem = error.reason
+                    if pause is None or not (problem or sync.failed):
+                        break
+                    await asyncio.sleep(pause)
         except TimeoutError:
             problem = f"the upload took longer than {settings.OUTPUT_FINAL_SYNC_SECONDS} s"
         result = sync.result(problem)

@@ -254,7 +254,7 @@ def test_data_pushed_with_tc_is_a_jobs_input_and_its_obs_output_comes_back_with_
                                                                                   owner, tmp_path):
     from jobs.management.commands.localstore import register
 
-    storage = register(object_store["endpoint"], object_store["state"])
+    storage = register(object_store.endpoint, object_store.state)
     bucket = f"s3://{storage.user_bucket(owner.pk, owner.username)}"
     assert tc.run("data", "ls").stdout.strip() == f"{bucket}/  (local)"
     dataset = tmp_path / "dataset"

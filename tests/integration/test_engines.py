@@ -98,7 +98,7 @@ def test_the_horovod_example_reads_from_s3_keeps_its_checkpoint_in_obs_and_resum
     from jobs.management.commands.localstore import register
     from jobs.object_store.client import ObjectStore
 
-    storage = register(object_store["endpoint"], object_store["state"])
+    storage = register(object_store.endpoint, object_store.state)
     bucket = storage.user_bucket(owner.pk, owner.username)
     store = ObjectStore(storage.access())
     store.create_bucket(bucket)

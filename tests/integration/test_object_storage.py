@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from jobs.management.commands.localstore import register
-from jobs.models import JobStatus, SharedPath, Worker
+from jobs.models import JobStatus, Node, SharedPath, Worker
 from jobs.object_store.client import ObjectStore
 from tests.conftest import RUN_ID
 from tests.integration.helpers import log_text, submit_program, wait_for
@@ -27,7 +27,7 @@ DATASET = {"train/a.csv": b"x,y\n1,2\n" * 50, "train/b.csv": b"x,y\n3,4\n" * 70,
 
 @pytest.fixture
 def storage(console, object_store):
-    return register(object_store["endpoint"], object_store["state"])
+    return register(object_store.endpoint, object_store.state)
 
 
 @pytest.fixture
@@ -183,3 +183,45 @@ def test_bringing_the_output_back_needs_an_object_store_train_url(api, storage, 
         "boot_file": "data_roundtrip.py", "train_url": "/home/ma-user/outputs", "predownload": True}, format="json")
     assert answer.status_code == 400
     assert answer.json()["predownload"] == ["Bringing the output back needs an s3:// or obs:// train_url."], answer.json()
+
+
+@pytest.mark.fault("the object store stopped mid-run, then started again",
+                   "the job goes on; what failed to upload is uploaded at a later sync; nothing is lost")
+def test_an_upload_that_fails_while_the_store_is_away_is_made_at_a_later_sync(api, storage, bucket, object_store):
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         train_url=f"s3://{bucket}/runs/away/", parameters=steps(50, every=0.5))
+    wait_for(job, [JobStatus.RUNNING], timeout=240)
+    deadline = time.monotonic() + 60
+    while "saved checkpoint 2" not in log_text(job):
+        assert time.monotonic() < deadline, log_text(job)
+        time.sleep(0.3)
+    object_store.kill()
+    try:
+        time.sleep(5)  # two syncs fail meanwhile; the program goes on writing
+    finally:
+        object_store.start()
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    assert job.outputs_summary["state"] == "uploaded", job.outputs_summary
+    assert set(keys_under(storage, bucket, "runs/away/")) == {f"checkpoints/step-{step}.txt" for step in range(50)}
+
+
+@pytest.mark.fault("the object store away when the job ends",
+                   "the job still ends, its page names the files not saved, its nodes are freed")
+def test_a_job_that_ends_while_the_store_is_away_ends_and_says_which_files_were_not_saved(
+        api, storage, bucket, object_store, console):
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         train_url=f"s3://{bucket}/runs/lost-store/", parameters=steps(6, every=1))
+    wait_for(job, [JobStatus.RUNNING], timeout=240)
+    deadline = time.monotonic() + 60
+    while "saved checkpoint 1" not in log_text(job):
+        assert time.monotonic() < deadline, log_text(job)
+        time.sleep(0.3)
+    object_store.kill()
+    try:
+        job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    finally:
+        object_store.start()
+    summary = job.outputs_summary
+    assert summary["state"] in ("upload_partial", "upload_failed"), summary
+    assert "checkpoints/step-5.txt" in summary["message"] and "not saved" in summary["message"], summary
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
