@@ -6,12 +6,14 @@ the input is on every worker before the program starts, read-only; the output is
 job, and up to the stop after a stop; a rerun fetches nothing again; another user's bucket is out of reach.
 """
 
+import json
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client
 from rest_framework.test import APIClient
 
 from jobs.management.commands.localstore import register
@@ -72,6 +74,18 @@ def test_a_two_node_job_reads_its_s3_input_on_every_worker_and_leaves_its_output
     # The owner downloads from the bucket through a link the console signs; the bytes never pass through it.
     answer = api.get(f"/api/v1/training-jobs/{job.pk}/outputs/checkpoints/step-0.txt")
     assert answer.status_code == 302 and answer["Location"].startswith(storage.endpoint_url)
+
+    # The store's keys, and the signed URLs made with them, appear nowhere the user or an admin reads.
+    access = storage.access()
+    client = Client()
+    client.force_login(job.owner)
+    seen = [job.command, log_text(job), json.dumps(list(job.workers.values()), default=str),
+            json.dumps(list(job.events.values()), default=str), json.dumps(job.outputs_summary),
+            api.get(f"/api/v1/training-jobs/{job.pk}").content.decode(),
+            api.get(f"/api/v1/training-jobs/{job.pk}/outputs").content.decode(),
+            client.get(f"/jobs/{job.pk}").content.decode()]
+    for text in seen:
+        assert access.secret_key not in text and access.access_key not in text and "X-Amz-Signature" not in text
 
 
 def test_a_rerun_finds_its_input_in_the_nodes_cache_and_fetches_nothing(api, storage, bucket):
