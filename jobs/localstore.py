@@ -63,7 +63,9 @@ def server_argv(state_dir: Path, address: str, base_port: int) -> list[str]:
             f"-master.port={base_port + 1}", f"-volume.port={base_port + 2}", f"-filer.port={base_port + 3}",
             # Small volumes: the default reserves 30 GB of disk for each.
             "-master.volumeSizeLimitMB=1024", "-volume.max=0",
-            "-s3", f"-s3.port={base_port}", f"-s3.config={state_dir / 's3.json'}"]
+            "-s3", f"-s3.port={base_port}", f"-s3.config={state_dir / 's3.json'}",
+            # Its Lance and Iceberg endpoints would take fixed ports (9101, 8181) whatever the others are.
+            "-s3.port.lance=0", "-s3.port.iceberg=0"]
 
 
 def endpoint(address: str, base_port: int) -> str:

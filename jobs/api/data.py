@@ -95,6 +95,10 @@ class DataBrowse(APIView):
         where = _reach(request, text)
         prefix = where.url.folder_prefix
         try:
+            if not where.store.bucket_exists(where.url.bucket):
+                # The user's own bucket, not made yet (it is on the first upload): empty, not an error.
+                return Response({"url": f"{where.url.scheme}://{where.url.bucket}/{prefix}", "buckets": buckets,
+                                 "folders": [], "objects": [], "more": False})
             folders, objects, more = where.store.browse(where.url.bucket, prefix,
                                                          str(request.query_params.get("after", "")), BROWSE_PAGE)
         except StoreError as error:

@@ -51,7 +51,8 @@ AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), (
 AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
-                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "max_restarts")
+                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "max_restarts",
+                      "predownload")
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:

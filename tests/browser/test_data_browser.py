@@ -16,18 +16,14 @@ from tests.integration.helpers import TEST_OUTPUT
 
 ADDRESS = "127.0.0.1"
 # The S3 gateway; the master, volume and filer take the next three ports, each with its port + 10000 for gRPC.
-BASE_PORT = 19800
-# SeaweedFS's S3 gateway also opens a Lance namespace (9101) and an Iceberg catalogue (8181) on fixed ports, which
-# a store another run has started already holds: off here.
-FIXED_PORTS_OFF = ["-s3.port.lance=0", "-s3.port.iceberg=0"]
-
-
+# Its own ports (the integration tests' store is on 19000 + 10 x RUN_ID); each also takes its port + 10000.
+BASE_PORT = 16000 + 10 * RUN_ID
 @pytest.fixture(scope="module")
 def seaweedfs(tmp_path_factory):
     state = tmp_path_factory.mktemp("data-browser-store")
     localstore.keys(state)
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
-    process = services.start_object_store(localstore.server_argv(state, ADDRESS, BASE_PORT) + FIXED_PORTS_OFF, ADDRESS, BASE_PORT,
+    process = services.start_object_store(localstore.server_argv(state, ADDRESS, BASE_PORT), ADDRESS, BASE_PORT,
                                           TEST_OUTPUT / f"objectstore-browser-{RUN_ID}.log")
     yield {"endpoint": localstore.endpoint(ADDRESS, BASE_PORT), "state": state}
     services.stop(process, timeout=30)

@@ -248,3 +248,15 @@ def test_two_nodes_sharing_a_cache_fetch_the_same_objects_at_once_and_both_get_e
             assert all((tmp_path / node / "inputs" / "data_url_0" / f"o{number}").read_bytes() == bytes([number]) * 50_000
                        for number in range(30))
         assert not list((tmp_path / "cache").glob("*.part"))
+
+
+@pytest.mark.django_db
+def test_the_forms_bring_back_box_reaches_the_validator_and_is_refused_without_an_object_store_train_url():
+    from django.http import QueryDict
+
+    from jobs.submission.forms import TrainingJobForm, page_data
+
+    assert page_data(QueryDict("predownload=on&train_url=/cache/output"))["predownload"] == "on"
+    form = TrainingJobForm(data={"predownload": "on", "train_url": "/cache/output"})
+    assert not form.is_valid()
+    assert form.errors["predownload"] == ["Bringing the output back needs an s3:// or obs:// train_url."]
