@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,8 +130,25 @@ def stop(process: subprocess.Popen | None, timeout: float = 15) -> None:
 
 def start_object_store(argv: list[str], address: str, port: int, log_path: Path,
                        preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
-    """SeaweedFS (jobs.localstore.server_argv), once its S3 gateway answers."""
+    """SeaweedFS (jobs.localstore.server_argv), once its S3 gateway answers and it can store a file: the
+    gateway opens a few seconds before its volume server has registered (a write then fails with a 500)."""
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+        # Started in its data's folder, where it reads its master.toml.
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn,
+                                   cwd=Path(next(word for word in argv if word.startswith("-dir="))[5:]).parent)
     wait_for_port(address, port, 60, process)
+    deadline = time.monotonic() + 60
+    # The master (on the next port, this machine only) assigns a file id once a volume takes writes.
+    while b'"fid"' not in _answer(f"http://127.0.0.1:{port + 1}/dir/assign"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the object store on {address}:{port} takes no write (see {log_path})")
+        time.sleep(0.25)
     return process
+
+
+def _answer(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bytes(response.read())
+    except (OSError, ValueError):
+        return b""

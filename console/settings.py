@@ -410,6 +410,9 @@ LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
 # namespace prefix of its own nodes (apart from the local cluster's, so that the console's allocator and Slurm
 # never share a node), the first of its four ports (slurmctld, slurmd, slurmdbd, slurmrestd), and the user
 # jobs are submitted as.
+# Where an administrator may register shared file systems (jobs.models.SharedPath): below these only.
+SHARED_PATH_ROOTS = env_list("SHARED_PATH_ROOTS", ["/mnt", "/data", "/datasets", "/lustre", "/gpfs", "/nfs",
+                                                   "/scratch", "/shared"])
 # The console's own object store (SeaweedFS), started by `make run` unless an administrator's store is
 # registered: its data and keys, and its ports (S3 gateway; master, volume and filer on the next three).
 LOCALSTORE_STATE_DIR = Path(env_str("LOCALSTORE_STATE_DIR", str(VAR_DIR / "objectstore")))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STORAGE_NAME = "local"
+MASTER_TOML = "[master.volume_growth]\ncopy_1 = 2\ncopy_2 = 2\ncopy_3 = 3\ncopy_other = 1\n"
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,18 @@ def keys(state_dir: Path) -> StoreKeys:
 
 
 def server_argv(state_dir: Path, address: str, base_port: int) -> list[str]:
-    """`weed server` with the S3 gateway on base_port and its master, volume and filer on the next three
-    (each also takes its port + 10000 for gRPC), all on `address` only."""
+    """`weed server` with the S3 gateway on base_port at `address` (where the nodes reach it), and its master,
+    volume and filer on the next three (each also takes its port + 10000 for gRPC) on this machine's loopback
+    only: they answer without keys, so nothing but the gateway, which checks them, is within the nodes' reach."""
     data = state_dir / "data"
     data.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return [weed_binary(), "server", f"-dir={data}", f"-ip={address}", f"-ip.bind={address}",
+    # Read from the folder weed starts in (its cwd): a bucket is a collection, and the default grows 7
+    # volumes for each, which used the volume slots up after a few users' buckets (writes then fail).
+    (state_dir / "master.toml").write_text(MASTER_TOML)
+    return [weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.ip.bind={address}",
             f"-master.port={base_port + 1}", f"-volume.port={base_port + 2}", f"-filer.port={base_port + 3}",
             # Small volumes: the default reserves 30 GB of disk for each.
-            "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+            "-master.volumeSizeLimitMB=1024", "-volume.max=1000",
             "-s3", f"-s3.port={base_port}", f"-s3.config={state_dir / 's3.json'}",
             # Its Lance and Iceberg endpoints would take fixed ports (9101, 8181) whatever the others are.
             "-s3.port.lance=0", "-s3.port.iceberg=0"]

@@ -235,8 +235,8 @@ class SharedPath(models.Model):
 
     def clean(self) -> None:
         if not shared_path_is_acceptable(self.path):
-            raise ValidationError({"path": _("Give an absolute, normalised folder outside the system's own folders "
-                                             "and the job's home.")})
+            raise ValidationError({"path": _("Give an absolute folder, written plainly, below one of %(roots)s.")
+                                   % {"roots": ", ".join(settings.SHARED_PATH_ROOTS)}})
 
     @classmethod
     def covering(cls, path: str, pool_id: int | None) -> "SharedPath | None":
@@ -250,10 +250,15 @@ class SharedPath(models.Model):
 
 
 def shared_path_is_acceptable(path: str) -> bool:
-    if not path.startswith("/") or posixpath.normpath(path) != path or path == "/" or "\n" in path:
+    """A folder below one of SHARED_PATH_ROOTS, written plainly (no "..", no trailing "/", nothing a volume
+    option could be read from), and clear of the system's folders and the jobs' own work root."""
+    if not path.startswith("/") or posixpath.normpath(path) != path or any(char in path for char in ":,\\") \
+            or any(char.isspace() or not char.isprintable() for char in path):
         return False
-    return not any(path == root or path.startswith(root + "/") or root.startswith(path.rstrip("/") + "/")
-                   for root in FORBIDDEN_SHARED_ROOTS)
+    if not any(path.startswith(root.rstrip("/") + "/") for root in settings.SHARED_PATH_ROOTS):
+        return False
+    forbidden = (*FORBIDDEN_SHARED_ROOTS, settings.NODE_WORK_ROOT.rstrip("/"))
+    return not any(path == root or path.startswith(root + "/") or root.startswith(path + "/") for root in forbidden)
 
 
 class Node(models.Model):

@@ -10,6 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -21,6 +22,7 @@ from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
+from jobs.object_store.client import ObjectStore, StoreAccess
 from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
 from tests.suite_tables import collect_rows, record_result, write_tables
 
@@ -175,9 +177,24 @@ class ObjectStoreServer:
         self.process = None
 
     def start(self) -> None:
-        localstore.keys(self.state)
+        keys = localstore.keys(self.state)
         self.process = services.start_object_store(localstore.server_argv(self.state, self.address, self.port),
                                                    self.address, self.port, TEST_OUTPUT / f"objectstore-{RUN_ID}.log")
+        # Started again, it takes a few more seconds before the buckets it holds take writes (their volumes
+        # register with its master one by one): a test after a restart starts once one does.
+        store = ObjectStore(StoreAccess(self.endpoint, keys.access_key, keys.secret_key))
+        store.create_bucket("ready-probe")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                for bucket in [str(item["Name"]) for item in store.client.list_buckets().get("Buckets", [])]:
+                    store.client.put_object(Bucket=bucket, Key="ready-probe", Body=b"1")
+                    store.client.delete_object(Bucket=bucket, Key="ready-probe")
+                return
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def stop(self) -> None:
         services.stop(self.process, timeout=30)

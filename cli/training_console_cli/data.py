@@ -3,6 +3,7 @@ train_url name). The console signs a link for each file; the bytes go between th
 
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path, PurePosixPath
@@ -15,15 +16,23 @@ LINKS_A_REQUEST = 1000
 STORE_TIMEOUT_SECONDS = 600
 
 
-def _store(request: urllib.request.Request) -> None:
-    """One request to the store itself (no token: the signed URL is the permission)."""
-    try:
-        with urllib.request.urlopen(request, timeout=STORE_TIMEOUT_SECONDS) as answer:
-            answer.read()
-    except urllib.error.HTTPError as error:
-        raise CliError(f"the object store refused {request.get_method()} (HTTP {error.code})") from None
-    except (urllib.error.URLError, OSError) as error:
-        raise CliError(f"cannot reach the object store: {getattr(error, 'reason', error)}") from None
+def _store(url: str, path: Path) -> None:
+    """One file PUT to the store itself (no token: the signed URL is the permission); a 5xx is tried again, as
+    S3 clients do (a store that restarts answers 500 for a few seconds)."""
+    for pause in (1, 2, 4, None):
+        try:
+            with open(path, "rb") as body:
+                request = urllib.request.Request(url, data=body, method="PUT",
+                                                 headers={"Content-Length": str(path.stat().st_size)})
+                with urllib.request.urlopen(request, timeout=STORE_TIMEOUT_SECONDS) as answer:
+                    answer.read()
+            return
+        except urllib.error.HTTPError as error:
+            if error.code < 500 or pause is None:
+                raise CliError(f"the object store refused PUT (HTTP {error.code})") from None
+        except (urllib.error.URLError, OSError) as error:
+            raise CliError(f"cannot reach the object store: {getattr(error, 'reason', error)}") from None
+        time.sleep(pause)
 
 
 def folder_url(url: str) -> str:
@@ -73,11 +82,8 @@ def cmd_push(client: Client, source: str, url: str) -> int:
         local = dict(batch)
         for link in links["links"]:
             path = local[link["path"]]
-            size = path.stat().st_size
-            with open(path, "rb") as body:
-                _store(urllib.request.Request(link["url"], data=body, method="PUT",
-                                              headers={"Content-Length": str(size)}))
-            sent += size
+            _store(link["url"], path)
+            sent += path.stat().st_size
     print(f"Uploaded {len(files)} file(s), {sent} bytes, to {folder_url(url)}")
     return 0
 

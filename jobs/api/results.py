@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from jobs.models import Storage
 from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
-from jobs.object_store.urls import ObjectUrlError, parse_object_url
+from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
 from jobs.results.metrics import default_metric_definitions, downsample
 from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
@@ -165,7 +165,7 @@ def stored_object_url(job, path: str) -> str:
     summary = job.outputs_summary or {}
     try:
         url = parse_object_url(str(summary.get("train_url", "")))
-        if url is None:
+        if url is None or not safe_key_part(path):
             return ""
         where = reach(str(url), Storage.answering(url.scheme, job.pool), job.owner_id, job.owner.username)
         return where.store.presigned_get(url.bucket, url.folder_prefix + path, DOWNLOAD_LINK_SECONDS)

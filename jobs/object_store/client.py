@@ -8,7 +8,7 @@ bytes itself (never through the console) while the keys stay in the console.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import boto3
 import botocore.config
@@ -32,8 +32,9 @@ class StoreAccess:
     """Where a store is and the keys to it (plain values: the models open the sealed keys into these)."""
 
     endpoint_url: str
-    access_key: str
-    secret_key: str
+    # Never in a repr (a log line, a traceback's locals).
+    access_key: str = field(repr=False)
+    secret_key: str = field(repr=False)
     region: str = "us-east-1"
     path_style: bool = True
 

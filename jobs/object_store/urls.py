@@ -43,9 +43,19 @@ def has_scheme(text: str) -> bool:
     return SCHEME.match(text.strip()) is not None
 
 
+# S3's (and OBS's) longest key, in UTF-8 bytes.
+MAX_KEY_BYTES = 1024
+
+
 def safe_key_part(part: str) -> bool:
-    """A relative key that can be a relative path: no control characters, no empty, "." or ".." segments."""
-    if not part or part.startswith("/") or any(ord(char) < 32 or ord(char) == 127 for char in part):
+    """A relative key that can be a relative path: UTF-8, no control characters, no empty, "." or ".." segments,
+    and short enough to be a key."""
+    if not part or part.startswith("/") or any(ord(char) < 32 or 127 <= ord(char) < 160 for char in part):
+        return False
+    try:
+        if len(part.encode("utf-8")) > MAX_KEY_BYTES - 64:  # room for the folder it goes under
+            return False
+    except UnicodeEncodeError:  # a file name that is not UTF-8 (its bytes kept as surrogates)
         return False
     return not any(segment in BAD_SEGMENTS or segment == "" for segment in part.split("/"))
 

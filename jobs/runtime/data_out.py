@@ -42,6 +42,39 @@ PUT_URL_LIFETIME_S = 3600
 FOLDER = local_path("train_url").rstrip("/")
 
 
+# What one file's line of a listing or an upload's answer may take (a path of at most 1,024 bytes, escaped).
+ANSWER_BYTES_A_FILE = 4 * 1024 + 128
+
+
+def well_formed(entry: object) -> bool:
+    """One listing entry as outputs-list.py writes it: [path, size, mtime_ns], a path and two whole numbers."""
+    return (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and 0 < len(entry[0]) <= 4096
+            and all(type(number) is int and 0 <= number < 1 << 63 for number in entry[1:]))
+
+
+def readable_name(path: str) -> str:
+    return path.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:200]
+
+
+async def bounded_run(connection: asyncssh.SSHClientConnection, argv: list[str], stdin: str, *, limit: int,
+                      timeout: float) -> str:  # noqa: ASYNC109 - the command's own deadline, as asyncssh's run takes it
+    """A command's stdout, read up to `limit` bytes: past it the command is ended and NodeError raised (what
+    answers may be the job's own programs, and the console must not hold whatever they print)."""
+    async with asyncio.timeout(timeout):
+        async with connection.create_process(shlex.join(argv), encoding=None) as process:
+            if stdin:
+                process.stdin.write(stdin.encode())
+            process.stdin.write_eof()
+            output = b""
+            while chunk := await process.stdout.read(65536):
+                output += chunk
+                if len(output) > limit:
+                    process.kill()
+                    raise NodeError("worker-0", "reading the outputs' answer", f"more than {limit} bytes")
+            await process.wait()
+    return output.decode("utf-8", "surrogateescape")
+
+
 def output_reach(job_id: int) -> tuple[str, Reach] | None:
     """(train_url, where it reaches) for a job whose train_url names an object store; None otherwise."""
     job = TrainingJob.objects.select_related("owner").get(pk=job_id)
@@ -80,50 +113,57 @@ class OutputSync:
                 manifest = self._manifest(changed)
                 if not manifest:
                     return
-                upload = await connection.run(shlex.join(["python3", "-c", UPLOAD_SCRIPT, FOLDER]),
-                                              input=json.dumps(manifest), check=False, timeout=3600)
+                # One short line a file; more is not an answer of the upload script's.
+                answer = await bounded_run(connection, ["python3", "-c", UPLOAD_SCRIPT, FOLDER], json.dumps(manifest),
+                                           limit=ANSWER_BYTES_A_FILE * len(manifest), timeout=3600)
         except (OSError, asyncssh.Error, ValueError) as error:
             raise NodeError(self.target.label, "uploading the outputs", str(error) or type(error).__name__) from error
-        self._take_results(str(upload.stdout or ""), files)
+        self._take_results(answer, {item["path"]: files[item["path"]] for item in manifest})
         for item in manifest:
             if self.sent.get(item["path"]) != files[item["path"]]:
                 self.failed.setdefault(item["path"], "the upload did not answer")
 
     async def _listing(self, connection: asyncssh.SSHClientConnection) -> dict[str, tuple[int, int]]:
-        listing = await connection.run(shlex.join(["python3", "-c", LIST_SCRIPT, FOLDER, str(MAX_OUTPUT_FILES)]),
-                                       check=False, timeout=120)
-        answer = json.loads(str(listing.stdout or "").strip() or "{}")
-        if "error" in answer or "files" not in answer:
-            raise NodeError(self.target.label, "listing the outputs",
-                            str(answer.get("error") or str(listing.stderr or "")[-300:] or "no answer"))
-        files = {str(path): (int(size), int(mtime)) for path, size, mtime in answer["files"]}
-        self.found = {path: size for path, (size, _) in files.items()}
-        return files
+        """The output folder's files: (size, mtime_ns) by path. What answers runs in the job's container, so the
+        answer is read as untrusted: bounded in bytes and files, every entry checked."""
+        text = await bounded_run(connection, ["python3", "-c", LIST_SCRIPT, FOLDER, str(MAX_OUTPUT_FILES)], "",
+                                 limit=ANSWER_BYTES_A_FILE * (MAX_OUTPUT_FILES + 1), timeout=120)
+        answer = json.loads(text.strip() or "{}")
+        if not isinstance(answer, dict) or not isinstance(answer.get("files"), list):
+            reason = answer.get("error") if isinstance(answer, dict) else None
+            raise NodeError(self.target.label, "listing the outputs", str(reason or "no listing")[:300])
+        entries = answer["files"]
+        if len(entries) > MAX_OUTPUT_FILES or not all(well_formed(entry) for entry in entries):
+            raise NodeError(self.target.label, "listing the outputs", "the listing is not one the console reads")
+        files = {path: (size, mtime) for path, size, mtime in entries}
+        self.found = {path: size for path, (size, _) in files.items() if safe_key_part(path)}
+        for path in files:
+            if not safe_key_part(path):
+                self.failed[readable_name(path)] = "its name cannot be an object's key (not UTF-8, too long, or a '..' part)"
+        if answer.get("more"):
+            self.failed["…"] = f"the folder holds more than {MAX_OUTPUT_FILES} files: only that many are uploaded"
+        return {path: seen for path, seen in files.items() if path in self.found}
 
     def _manifest(self, changed: list[str]) -> list[dict[str, str]]:
-        manifest = []
-        for path in changed:
-            if not safe_key_part(path):
-                self.failed[path] = "its name cannot be an object's key"
-                continue
-            key = self.where.url.folder_prefix + path
-            manifest.append({"path": path, "url": self.where.store.presigned_put(self.where.url.bucket, key,
-                                                                                 PUT_URL_LIFETIME_S)})
-        return manifest
+        return [{"path": path, "url": self.where.store.presigned_put(self.where.url.bucket,
+                                                                     self.where.url.folder_prefix + path,
+                                                                     PUT_URL_LIFETIME_S)}
+                for path in changed]
 
-    def _take_results(self, output: str, files: dict[str, tuple[int, int]]) -> None:
+    def _take_results(self, output: str, asked: dict[str, tuple[int, int]]) -> None:
+        """The upload script's answers, taken only for the files it was asked to upload."""
         for line in output.splitlines():
             try:
                 result = json.loads(line)
             except ValueError:
                 continue
-            path = str(result.get("path", ""))
-            if path not in files:
+            path = result.get("path") if isinstance(result, dict) else None
+            if not isinstance(path, str) or path not in asked:
                 continue
             if "error" in result:
-                self.failed[path] = str(result["error"])
+                self.failed[path] = str(result["error"])[:300]
             else:
-                self.sent[path] = files[path]
+                self.sent[path] = asked[path]
                 self.failed.pop(path, None)
 
     def result(self, problem: str = "") -> OutputsResult:
@@ -137,6 +177,7 @@ class OutputSync:
         if not self.found:
             return OutputsResult("empty", f"The output folder ({FOLDER}) held no file; nothing was uploaded.")
         not_saved = sorted(path for path in self.found if path not in uploaded)
+        not_saved += sorted(path for path in self.failed if path not in self.found)  # names no key can hold
         if not_saved:
             named = ", ".join(not_saved[:5]) + (f" and {len(not_saved) - 5} more" if len(not_saved) > 5 else "")
             why = problem or self.failed.get(not_saved[0], "")

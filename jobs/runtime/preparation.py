@@ -152,14 +152,20 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
                 str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",
                 str(SECCOMP_PROFILE): seccomp_path(worker),
             })
-        await run_checked(connection, label, "laying out the job's files",
-                          ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
+        layout = ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)]
 
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
 
-        for staging in inputs:
-            await stage_inputs(connection, worker, staging, say)
+        if inputs:
+            # What the node fetches goes in while the whole tree is still root's, before home is the job's
+            # uid's: root never writes where a process of that uid could have put a link.
+            await run_checked(connection, label, "laying out the job's files", [*layout, "layout"])
+            for staging in inputs:
+                await stage_inputs(connection, worker, staging, say)
+            await run_checked(connection, label, "giving the job its files", [*layout, "own"])
+        else:
+            await run_checked(connection, label, "laying out the job's files", layout)
 
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)

@@ -149,7 +149,7 @@ def test_another_users_bucket_is_refused_where_the_url_was_typed_and_their_outpu
 def shared_folder(console):
     """A folder every node of the local cluster sees at the same path (they share this machine's disk, as
     the nodes of a Slurm site share an NFS or Lustre mount)."""
-    root = Path(f"/srv/tc-test-shared-{RUN_ID}")
+    root = Path(f"/mnt/tc-test-shared-{RUN_ID}")
     shutil.rmtree(root, ignore_errors=True)
     (root / "datasets" / "toy" / "train").mkdir(parents=True)
     for key, body in DATASET.items():

@@ -210,9 +210,10 @@ def test_the_data_api_answers_bad_urls_and_paths_with_a_clear_400_never_a_500(cl
 
 
 @pytest.mark.parametrize(("path", "acceptable"), [
-    ("/mnt/datasets", True), ("/lustre/imagenet", True), ("/", False), ("mnt/datasets", False),
-    ("/mnt/../etc", False), ("/etc/ssl", False), ("/home", False), ("/home/ma-user/data", False),
-    ("/var/lib/training-console/jobs", False), ("/var", False), ("/mnt/data/", False),
+    ("/mnt/datasets", True), ("/lustre/imagenet", True), ("/", False), ("mnt/datasets", False), ("/mnt", False),
+    ("/mnt/../etc", False), ("/etc/ssl", False), ("/home", False), ("/home/alice", False), ("/srv/data", False),
+    ("/var/run/user/1000", False), ("/var/lib/training-console/jobs", False), ("/var", False), ("/mnt/data/", False),
+    ("/mnt/a:b", False), ("/mnt/a b", False), ("/mnt/a,ro", False), ("/mnt/tab\there", False),
 ])
 def test_a_shared_file_system_is_an_absolute_folder_outside_the_systems_own(path, acceptable):
     from jobs.models import shared_path_is_acceptable
@@ -260,3 +261,29 @@ def test_the_forms_bring_back_box_reaches_the_validator_and_is_refused_without_a
     form = TrainingJobForm(data={"predownload": "on", "train_url": "/cache/output"})
     assert not form.is_valid()
     assert form.errors["predownload"] == ["Bringing the output back needs an s3:// or obs:// train_url."]
+
+
+def test_a_listing_from_the_jobs_container_is_read_as_untrusted():
+    from jobs.runtime.data_out import well_formed
+
+    assert well_formed(["checkpoints/a.pt", 10, 1_700_000_000_000_000_000])
+    for forged in (["a", -5, 1], ["a", float("inf"), 1], ["a", True, 1], ["a", "10", 1], ["a", 1], "a", ["", 1, 1],
+                   [5, 1, 1], ["a" * 5000, 1, 1]):
+        assert not well_formed(forged), forged
+
+
+def test_an_uploads_answer_counts_only_for_the_files_it_was_asked_to_upload():
+    sync = a_sync()
+    sync._take_results('{"path": "a.ckpt", "size": 3}\n{"path": "../../user-2-bob/secret", "size": 1}\nnot json\n',
+                       {"a.ckpt": (3, 7)})
+    assert sync.sent == {"a.ckpt": (3, 7)}
+
+
+def test_a_file_whose_name_no_key_can_hold_is_named_as_not_saved_and_the_others_are_uploaded():
+    from jobs.object_store.urls import safe_key_part
+
+    assert not safe_key_part("caf\udce9.txt") and not safe_key_part("x" * 1000) and not safe_key_part("a\u0085b")
+    result = a_sync(sent={"good.ckpt": (5, 1)}, found={"good.ckpt": 5},
+                    failed={"caf\\udce9.txt": "its name cannot be an object's key"}).result()
+    assert result.state == "upload_partial" and result.kept == {"good.ckpt"}
+    assert "not saved: caf\\udce9.txt" in result.message

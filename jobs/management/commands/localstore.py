@@ -12,8 +12,9 @@ from jobs.models import Storage
 def register(endpoint: str, state_dir: Path) -> Storage:
     """The local store as a storage every pool may use, with the keys kept in its folder."""
     made = localstore.keys(state_dir)
+    # An administrator who turned the local store off keeps it off: only its address and keys are renewed.
     storage, _ = Storage.objects.get_or_create(name=localstore.STORAGE_NAME, defaults={"endpoint_url": endpoint})
-    storage.endpoint_url, storage.enabled = endpoint, True
+    storage.endpoint_url = endpoint
     storage.set_keys(made.access_key, made.secret_key)
     storage.full_clean()
     storage.save()

@@ -8,15 +8,19 @@ import stat
 import sys
 
 folder, limit = sys.argv[1], int(sys.argv[2])
-found = []
+found: list[list[object]] = []
+more = False
 for top, dirs, names in os.walk(folder):
-    dirs[:] = [name for name in dirs if not os.path.islink(os.path.join(top, name))]
-    for name in names:
+    dirs[:] = sorted(name for name in dirs if not os.path.islink(os.path.join(top, name)))
+    for name in sorted(names):
         path = os.path.join(top, name)
-        info = os.lstat(path)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue  # gone since the walk (a file written aside, then renamed): the next look sees what it became
         if stat.S_ISREG(info.st_mode):
+            if len(found) == limit:
+                more = True  # the first `limit` files are uploaded; the console says the rest were not
+                break
             found.append([os.path.relpath(path, folder), info.st_size, info.st_mtime_ns])
-            if len(found) > limit:
-                print(json.dumps({"error": f"more than {limit} files"}))
-                sys.exit(0)
-print(json.dumps({"files": found}))
+print(json.dumps({"files": found, "more": more}))

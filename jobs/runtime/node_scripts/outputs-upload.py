@@ -2,6 +2,7 @@
 # job's user, each to its presigned PUT URL; the manifest comes on stdin: a JSON list of
 # {"path": relative path, "url": presigned PUT}. One JSON line per file: {"path", "size"} or {"path", "error"}.
 # Usage: python3 -c "$(cat outputs-upload.py)" FOLDER
+import http.client
 import json
 import os
 import sys
@@ -20,5 +21,5 @@ for item in json.load(sys.stdin):
             with urllib.request.urlopen(request, timeout=120) as answer:
                 answer.read()
         print(json.dumps({"path": item["path"], "size": size}), flush=True)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, http.client.HTTPException) as error:
         print(json.dumps({"path": item["path"], "error": str(error)[:300]}), flush=True)

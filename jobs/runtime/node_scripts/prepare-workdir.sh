@@ -2,11 +2,14 @@
 # Lays out one worker's files on its node, as root, from the bundle the console uploaded into WORKDIR:
 # the job's home (keys, environment, hostfile, tune file, the rank agent, the sshd's configuration and
 # host key) with the code under user-job-dir, owned by the job's uid. The container mounts only home.
-# Usage: prepare-workdir.sh WORKDIR UID
+# Usage: prepare-workdir.sh WORKDIR UID [layout|own]
+#   layout: only lay the files out, all root's (what the node fetches for the job goes in next, root's too);
+#   own: then give home to the job's uid. Neither: both at once.
 set -eu
-workdir=$1 uid=$2
+workdir=$1 uid=$2 step=${3:-all}
 
 cd "$workdir"
+if [ "$step" != own ]; then
 # What an earlier attempt of the job left here (a teardown that could not reach the node) must not pass
 # for this one's: its run folder (root's, beside home: see run-mpirun.sh) would make mpirun's start a
 # no-op. rm does not follow the links in them.
@@ -20,6 +23,8 @@ mkdir -p home/.mpi/ranks
 # input, when fetched, is mounted read-only over modelarts/inputs.
 mkdir -p home/modelarts/inputs home/modelarts/outputs/train_url_0
 rm -f bundle.tar code.tar
+fi
+[ "$step" = layout ] && { echo laid out; exit 0; }
 # Modes first, while everything is still root's: once the job's uid owns the tree, a process of that
 # uid on the node could swap a path for a link, and root must not follow it.
 chmod -R ug-s,o-w home

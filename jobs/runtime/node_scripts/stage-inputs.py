@@ -2,8 +2,9 @@
 # Usage: python3 stage-inputs.py WORKDIR CACHE_DIR CACHE_LIMIT_BYTES RESERVE_BYTES [TARGET OWNER_UID], with the
 # manifest on stdin: a JSON list of {"path": "data_url_0/a/b", "url": presigned GET, "size": N, "cache_key": "..."}.
 # With TARGET and OWNER_UID (a train_url brought back to resume from), the objects are copied under
-# WORKDIR/TARGET instead, owned by the job's uid (its program rewrites them), each with the modification
-# time PREDOWNLOADED_MTIME_NS, which tells the output's upload they came from the bucket unchanged.
+# WORKDIR/TARGET instead (the job's home, still root's: prepare-workdir.sh gives it to OWNER_UID after),
+# each with the modification time PREDOWNLOADED_MTIME_NS, which tells the output's upload they came from
+# the bucket unchanged.
 #
 # Each object is fetched once per node into CACHE_DIR (root's alone), under a name made from the store, the
 # key, its ETag and its size, and hard-linked into WORKDIR/inputs (root's, mounted read-only into the
@@ -12,6 +13,7 @@
 # gives anyone an object their own access could not read. Progress lines go to stdout once a second.
 import concurrent.futures
 import hashlib
+import http.client
 import json
 import os
 import shutil
@@ -68,8 +70,9 @@ def place(source, target):
     if owner is None:
         os.link(source, target)
     else:
+        # A copy, never a link: home becomes the job's uid's next (prepare-workdir.sh own), and a linked cache
+        # entry would then be the job's to change under every later job that reads it.
         shutil.copyfile(source, target, follow_symlinks=False)
-        os.chown(target, owner, owner)
         os.utime(target, ns=(PREDOWNLOADED_MTIME_NS, PREDOWNLOADED_MTIME_NS))
 
 
@@ -97,7 +100,7 @@ def fetch(item, target):
             os.link(part, name)
         except FileExistsError:
             pass
-    except OSError as error:
+    except (OSError, http.client.HTTPException) as error:
         raise Failure(f"fetching {item['path']}: {error}") from error
     finally:
         if os.path.exists(part):
@@ -111,11 +114,7 @@ for item in items:
     target = os.path.normpath(os.path.join(root, item["path"]))
     if not target.startswith(root + "/"):
         fail("an object's path leaves the input folder: {!r}".format(item["path"]))
-    made = os.path.dirname(target)
-    os.makedirs(made, mode=0o755, exist_ok=True)
-    while owner is not None and made != root and os.stat(made).st_uid != owner:
-        os.chown(made, owner, owner)
-        made = os.path.dirname(made)
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
     targets.append(target)
 
 files = done = fetched = 0
@@ -140,7 +139,7 @@ with concurrent.futures.ThreadPoolExecutor(FETCHERS) as pool:
 wanted = {cached_name(item) for item in items}
 entries = []
 for entry in os.scandir(cache):
-    if entry.is_file(follow_symlinks=False):
+    if entry.is_file(follow_symlinks=False) and not entry.name.endswith(".part"):  # another's fetch under way
         info = entry.stat(follow_symlinks=False)
         entries.append((info.st_mtime, info.st_size, entry.path))
 total = sum(size for _, size, _ in entries)
