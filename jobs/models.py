@@ -5,7 +5,7 @@ import posixpath
 import re
 import secrets
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -24,7 +24,10 @@ from jobs.object_store.urls import OBJECT_SCHEMES
 from .secret_box import open_secret, seal_secret
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
     from django_stubs_ext import StrPromise
+
+    Rows = TypeVar("Rows", bound=models.Model)
 
 
 class Network(models.TextChoices):
@@ -150,6 +153,15 @@ class ResourcePool(models.Model):
         return open_secret(self.sealed_slurm_jwt_key) if self.sealed_slurm_jwt_key else ""
 
 
+def usable_in_pool(rows: "QuerySet[Rows]", pool_id: int | None, *, any_without_pool: bool) -> "QuerySet[Rows]":
+    """The enabled rows (stores, shared paths: each names its pools, none meaning every pool) a job of this pool
+    may use; for a job of no pool, every one (any_without_pool) or those of every pool only."""
+    rows = rows.filter(enabled=True)
+    if pool_id is None and any_without_pool:
+        return rows
+    return rows.filter(models.Q(pools__isnull=True) | models.Q(pools=pool_id)).distinct()
+
+
 class Storage(models.Model):
     """An S3-compatible object store (Huawei OBS is one) that jobs' data_url and train_url may name.
 
@@ -202,13 +214,10 @@ class Storage(models.Model):
         return f"{self.user_bucket_prefix}{user_id}-{slug}"[:63].rstrip("-")
 
     @classmethod
-    def answering(cls, scheme: str, pool: ResourcePool | None) -> "Storage | None":
-        """The store a URL of this scheme names for a job in this pool (None: no store answers to it)."""
-        for storage in cls.objects.filter(enabled=True).prefetch_related("pools"):
-            pools = list(storage.pools.all())
-            if scheme in storage.schemes.split() and (not pools or pool is None or pool in pools):
-                return storage
-        return None
+    def answering(cls, scheme: str, pool_id: int | None) -> "Storage | None":
+        """The store a URL of this scheme names for a job in this pool (no pool: any store; None: none answers)."""
+        return next((storage for storage in usable_in_pool(cls.objects.all(), pool_id, any_without_pool=True)
+                     if scheme in storage.schemes.split()), None)
 
 
 # Where a shared file system may not be mounted from or into: the system's own folders and the job's home.
@@ -240,13 +249,10 @@ class SharedPath(models.Model):
 
     @classmethod
     def covering(cls, path: str, pool_id: int | None) -> "SharedPath | None":
-        """The shared file system a path in the container lies in, for a job of this pool (None: no pool)."""
-        for shared in cls.objects.filter(enabled=True).prefetch_related("pools"):
-            pools = {pool.pk for pool in shared.pools.all()}
-            inside = path == shared.path or path.startswith(shared.path.rstrip("/") + "/")
-            if inside and (not pools or pool_id in pools):
-                return shared
-        return None
+        """The shared file system a path in the container lies in, for a job of this pool (no pool: only one
+        every pool mounts, since any node may run it)."""
+        return next((shared for shared in usable_in_pool(cls.objects.all(), pool_id, any_without_pool=False)
+                     if path == shared.path or path.startswith(shared.path + "/")), None)
 
 
 def shared_path_is_acceptable(path: str) -> bool:
@@ -697,7 +703,7 @@ class TrainingJob(models.Model):
             code_dir_path=self.code_dir.path,
             boot_file=self.boot_file,
             sshd_port=self.sshd_port or 0,
-            parameters=tuple((str(item["name"]), str(item["value"])) for item in self.parameters),
+            parameters=self.parameter_pairs(),
             env={str(name): str(value) for name, value in self.env.items()},
             engine_env={str(name): str(value) for name, value in self.engine_version.default_env.items()},
             restart_count=self.restart_count,
@@ -709,6 +715,10 @@ class TrainingJob(models.Model):
             read_only_mounts=self.shared_mounts(),
             predownload=self.predownload,
         )
+
+    def parameter_pairs(self) -> tuple[tuple[str, str], ...]:
+        """The program's parameters, in order, as (name, value)."""
+        return tuple((str(item["name"]), str(item["value"])) for item in self.parameters)
 
     def shared_mounts(self) -> tuple[str, ...]:
         """The shared file systems this job's data_url lies in: each mounted read-only at its own path."""

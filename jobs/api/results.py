@@ -167,7 +167,7 @@ def stored_object_url(job, path: str) -> str:
         url = parse_object_url(str(summary.get("train_url", "")))
         if url is None or not safe_key_part(path):
             return ""
-        where = reach(str(url), Storage.answering(url.scheme, job.pool), job.owner_id, job.owner.username)
+        where = reach(str(url), Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
         return where.store.presigned_get(url.bucket, url.folder_prefix + path, DOWNLOAD_LINK_SECONDS)
     except (ObjectUrlError, StoreError):
         return ""

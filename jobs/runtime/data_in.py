@@ -20,7 +20,7 @@ from django.conf import settings
 from jobs.launch.data_paths import DATA_URL_FOLDER, TRAIN_URL_FOLDER, object_url_of
 from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
-from jobs.models import ResourcePool, Storage, TrainingJob
+from jobs.models import Storage, TrainingJob
 from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
@@ -60,11 +60,6 @@ class Staging:
     what: str = "input"
 
 
-def storage_for(scheme: str, pool_id: int | None) -> Storage | None:
-    pool = None if pool_id is None else ResourcePool.objects.filter(pk=pool_id).first()
-    return Storage.answering(scheme, pool)
-
-
 def input_downloads(job_id: int) -> list[Download]:
     """What each worker fetches for the job's data_url ([] when it names no object store)."""
     downloads = _downloads(job_id, "data_url", DATA_URL_FOLDER)
@@ -79,19 +74,19 @@ def output_downloads(job_id: int) -> list[Download]:
 
 
 def _parameters(job_id: int) -> tuple[tuple[str, str], ...]:
-    return TrainingJob.objects.get(pk=job_id).launch_values().parameters
+    return TrainingJob.objects.get(pk=job_id).parameter_pairs()
 
 
 def _downloads(job_id: int, name: str, folder: str) -> list[Download] | None:
     """The objects under the job's `name` URL, each as a download into `folder`; None when it names no store."""
     job = TrainingJob.objects.select_related("owner").get(pk=job_id)
-    text = object_url_of(job.launch_values().parameters, name)
+    text = object_url_of(job.parameter_pairs(), name)
     if not text:
         return None
     try:
         url = parse_object_url(text)
         assert url is not None
-        where = reach(text, storage_for(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        where = reach(text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
         prefix = url.folder_prefix
         downloads = []
         for item in where.store.objects(url.bucket, prefix, MAX_INPUT_OBJECTS):

@@ -24,12 +24,11 @@ from jobs.launch.data_paths import local_path, object_url_of
 from jobs.launch.network_policy import AllowedDestination
 from jobs.launch.plan import SshTarget
 from jobs.logs.store import readable_size
-from jobs.models import TrainingJob
+from jobs.models import Storage, TrainingJob
 from jobs.object_store.access import Reach, reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
 from jobs.results.outputs import FoundFile, OutputsResult
-from jobs.runtime.data_in import storage_for
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
@@ -78,12 +77,12 @@ async def bounded_run(connection: asyncssh.SSHClientConnection, argv: list[str],
 def output_reach(job_id: int) -> tuple[str, Reach] | None:
     """(train_url, where it reaches) for a job whose train_url names an object store; None otherwise."""
     job = TrainingJob.objects.select_related("owner").get(pk=job_id)
-    text = object_url_of(job.launch_values().parameters, "train_url")
+    text = object_url_of(job.parameter_pairs(), "train_url")
     if not text:
         return None
     url = parse_object_url(text)
     assert url is not None
-    return text, reach(text, storage_for(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+    return text, reach(text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
 
 
 @dataclass

@@ -135,7 +135,7 @@ FINAL_UPLOAD_PAUSES = (2.0, 5.0)
 
 
 def _has_object_outputs(job_id: int) -> bool:
-    return bool(object_url_of(TrainingJob.objects.get(pk=job_id).launch_values().parameters, "train_url"))
+    return bool(object_url_of(TrainingJob.objects.get(pk=job_id).parameter_pairs(), "train_url"))
 
 
 def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:

@@ -19,7 +19,7 @@ def object_url_problem(name: str, text: str, user_id: int | None, username: str,
             return ""
         if user_id is None:
             return _("Sign in to use an object store.")
-        where = reach(text, Storage.answering(url.scheme, pool), user_id, username)
+        where = reach(text, Storage.answering(url.scheme, pool.pk if pool else None), user_id, username)
         if name == "data_url":
             if not where.store.bucket_exists(url.bucket):
                 return _("Bucket %(bucket)s does not exist yet: put your data in it first.") % {

@@ -47,6 +47,13 @@ def steps(count: int, every: float = 0.0) -> list[dict[str, str]]:
     return [{"name": "steps", "value": str(count)}, {"name": "every", "value": str(every)}]
 
 
+def wait_for_line(job, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log_text(job):
+        assert time.monotonic() < deadline, log_text(job)
+        time.sleep(0.3)
+
+
 def keys_under(storage, bucket: str, prefix: str) -> dict[str, int]:
     return {item.key.removeprefix(prefix): item.size for item in ObjectStore(storage.access()).objects(bucket, prefix, 1000)}
 
@@ -104,10 +111,7 @@ def test_a_stopped_jobs_output_up_to_the_stop_is_in_the_bucket(api, storage, buc
     job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
                          train_url=f"s3://{bucket}/runs/stopped/", parameters=steps(1000, every=0.5))
     wait_for(job, [JobStatus.RUNNING], timeout=240)
-    deadline = time.monotonic() + 120
-    while "saved checkpoint 4" not in log_text(job):
-        assert time.monotonic() < deadline, log_text(job)
-        time.sleep(0.5)
+    wait_for_line(job, "saved checkpoint 4", timeout=120)
     # What the program had saved when the stop was asked for (it goes on saving until its container ends).
     last = max(int(line.split()[-1]) for line in log_text(job).splitlines() if "saved checkpoint" in line)
     assert api.post(f"/api/v1/training-jobs/{job.pk}/stop").status_code in (200, 202)
@@ -205,10 +209,7 @@ def test_an_upload_that_fails_while_the_store_is_away_is_made_at_a_later_sync(ap
     job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
                          train_url=f"s3://{bucket}/runs/away/", parameters=steps(50, every=0.5))
     wait_for(job, [JobStatus.RUNNING], timeout=240)
-    deadline = time.monotonic() + 60
-    while "saved checkpoint 2" not in log_text(job):
-        assert time.monotonic() < deadline, log_text(job)
-        time.sleep(0.3)
+    wait_for_line(job, "saved checkpoint 2", timeout=60)
     object_store.kill()
     try:
         time.sleep(5)  # two syncs fail meanwhile; the program goes on writing
@@ -226,10 +227,7 @@ def test_a_job_that_ends_while_the_store_is_away_ends_and_says_which_files_were_
     job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
                          train_url=f"s3://{bucket}/runs/lost-store/", parameters=steps(6, every=1))
     wait_for(job, [JobStatus.RUNNING], timeout=240)
-    deadline = time.monotonic() + 60
-    while "saved checkpoint 1" not in log_text(job):
-        assert time.monotonic() < deadline, log_text(job)
-        time.sleep(0.3)
+    wait_for_line(job, "saved checkpoint 1", timeout=60)
     object_store.kill()
     try:
         job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
@@ -237,5 +235,7 @@ def test_a_job_that_ends_while_the_store_is_away_ends_and_says_which_files_were_
         object_store.start()
     summary = job.outputs_summary
     assert summary["state"] in ("upload_partial", "upload_failed"), summary
-    assert "checkpoints/step-5.txt" in summary["message"] and "not saved" in summary["message"], summary
+    assert "not saved: checkpoints/step-" in summary["message"], summary
+    assert "checkpoints/step-5.txt" in job.output_files.filter(kept=False).values_list("path", flat=True), \
+        "the last checkpoint, written while the store was away, is listed as not saved"
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
