@@ -355,6 +355,9 @@ NODE_CACHE_GB = env_int("NODE_CACHE_GB", 20, minimum=0)
 OUTPUT_SYNC_SECONDS = env_int("OUTPUT_SYNC_SECONDS", 60, minimum=1)
 # The most a stop waits for that last upload before it ends the containers.
 OUTPUT_FINAL_SYNC_SECONDS = env_int("OUTPUT_FINAL_SYNC_SECONDS", 300, minimum=5)
+# How often worker-0's container is asked whether the program wrote a new checkpoint manifest (one that did
+# is uploaded and recorded at once: a lost worker then loses no more than the program's own interval).
+CHECKPOINT_LOOK_SECONDS = float(env_int("CHECKPOINT_LOOK_SECONDS", 5, minimum=1))
 # How often each worker's CPU, memory and GPU use is kept for the job's resource charts.
 RESOURCE_SAMPLE_SECONDS = float(env_int("RESOURCE_SAMPLE_SECONDS", 15, minimum=1))
 JOB_USER = env_str("JOB_USER", "ma-user")

@@ -24,6 +24,7 @@ from jobs.images.availability import being_prepared, nodes_holding
 from jobs.launch.command_builder import ENV_NAME_RE, SAFE_VALUE_RE
 from jobs.launch.masking import mask_shell_text, masked
 from jobs.models import (
+    Attempt,
     Engine,
     EngineVersion,
     IllegalTransition,
@@ -38,6 +39,7 @@ from jobs.models import (
     Worker,
 )
 from jobs.object_store.client import ObjectStore, StoreError
+from jobs.results.checkpoints import lost_work_totals
 from jobs.secret_box import seal_secret
 from jobs.submission import task_queue
 from jobs.submission.force_release import force_release_job, force_release_node
@@ -667,3 +669,28 @@ class StorageAdmin(admin.ModelAdmin):
 class SharedPathAdmin(admin.ModelAdmin):
     list_display = ["name", "path", "enabled"]
     filter_horizontal = ["pools"]
+
+
+@admin.register(Attempt)
+class AttemptAdmin(admin.ModelAdmin):
+    """Each ended attempt and the work it lost since its last checkpoint; read-only (the runs write it), with
+    the totals by user and by pool above the list."""
+
+    list_display = ["job", "number", "ended_at", "node_count", "gpu_count", "last_checkpoint_step", "lost_seconds",
+                    "lost_node_hours", "lost_gpu_hours"]
+    list_filter = ["job__pool", "job__owner"]
+    list_select_related = ["job"]
+    ordering = ["-ended_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        totals = {"by_user": lost_work_totals("job__owner__username"), "by_pool": lost_work_totals("job__pool__name")}
+        return super().changelist_view(request, {**(extra_context or {}), **totals})

@@ -15,6 +15,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, NOTICE_SIGNALS
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
@@ -427,6 +428,10 @@ class LauncherDefaults(models.Model):
         default=1024**3,
         help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends."),
     )
+    checkpoint_grace_max_seconds = models.PositiveIntegerField(
+        default=600, validators=[MaxValueValidator(86400)],
+        help_text=_("The longest notice a job may ask for before a stop: seconds its ranks get to save a checkpoint."),
+    )
     job_allowed_destinations = models.TextField(
         blank=True,
         help_text=_("Where a job's containers may connect beyond the job's own workers, one destination a line: "
@@ -643,6 +648,15 @@ class TrainingJob(models.Model):
     # "predownload"): a program resumes from the checkpoint it left there.
     predownload = models.BooleanField(default=False)
     restart_count = models.PositiveSmallIntegerField(default=0)
+    # The checkpoint contract (jobs.launch.checkpoint_contract): before a stop the console decides, every rank
+    # gets checkpoint_signal and checkpoint_grace_seconds to save a checkpoint (0: no notice).
+    checkpoint_grace_seconds = models.PositiveIntegerField(default=0)
+    checkpoint_signal = models.CharField(max_length=8, default=DEFAULT_NOTICE_SIGNAL,
+                                         choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS])
+    # A Rebuild that resumes: the job whose newest checkpoint this one starts from (its own come first once made).
+    resume_source = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # When this attempt's notice went out (a checkpoint saved after it says how long it took).
+    notice_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
     attempt_log_starts = models.JSONField(default=list, blank=True, editable=False)
     # A job of a Slurm pool: its Slurm job (one for all its attempts: Slurm requeues it), Slurm's state and
@@ -691,6 +705,7 @@ class TrainingJob(models.Model):
     def launch_values(self) -> JobValues:
         """What the launch plan needs of this job, as plain values (jobs.launch.plan is computed from these)."""
         spec = self.spec
+        resume = self.resume_checkpoint()
         return JobValues(
             job_id=self.pk or 0,
             dns_name=self.dns_name,
@@ -714,7 +729,20 @@ class TrainingJob(models.Model):
             tune_prefixes=tuple(prefix for prefix in self.tune_prefixes.split(",") if prefix),
             read_only_mounts=self.shared_mounts(),
             predownload=self.predownload,
+            checkpoint_grace_seconds=self.checkpoint_grace_seconds,
+            checkpoint_signal=self.checkpoint_signal,
+            resume_from=resume.path if resume else "",
+            resume_url=resume.url if resume else "",
         )
+
+    def resume_checkpoint(self) -> "Checkpoint | None":
+        """The checkpoint the next attempt starts from: the newest of this job's, or of the job it was rebuilt
+        to resume (the same owner's only)."""
+        sources = [pk for pk in (self.pk, self.resume_source_id) if pk]
+        if not sources:
+            return None
+        return (Checkpoint.objects.filter(job_id__in=sources, job__owner_id=self.owner_id)
+                .order_by("-saved_at", "-id").first())
 
     def parameter_pairs(self) -> tuple[tuple[str, str], ...]:
         """The program's parameters, in order, as (name, value)."""
@@ -800,7 +828,7 @@ class TrainingJob(models.Model):
         self.transition(JobStatus.PENDING, message,
                         restart_count=self.restart_count + 1, attempt_log_starts=[*self.attempt_log_starts, log_seq],
                         heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
-                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={},
+                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={}, notice_sent_at=None,
                         sealed_ssh_key="", host_public_key="", command="", hostfile="", **fields)
         # How each rank of the failed attempt ended is in its card, kept in the restart's event.
         RankOutcome.objects.filter(job_id=self.pk).delete()
@@ -956,6 +984,57 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} (rank {self.rank}, step {self.step})"
+
+
+class Checkpoint(models.Model):
+    """A checkpoint a job's program saved (its manifest, see jobs.launch.checkpoint_contract), recorded once
+    every file of it was in the store: a point the job's next attempt may resume from."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="checkpoints")
+    attempt = models.PositiveSmallIntegerField()
+    step = models.BigIntegerField()
+    # Under the checkpoint folder, and the object URL its files are at (train_url/checkpoints/<path>).
+    path = models.CharField(max_length=1024)
+    url = models.TextField()
+    size_bytes = models.PositiveBigIntegerField()
+    file_count = models.PositiveIntegerField()
+    # When the console found it complete in the store; the program's own time, as it wrote it (if it did).
+    saved_at = models.DateTimeField()
+    program_time = models.CharField(max_length=64, blank=True)
+    # Seconds after the attempt's notice (None: saved before any notice).
+    after_notice_seconds = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "-saved_at", "-id"]
+        indexes = [models.Index(fields=["job", "-saved_at"], name="checkpoint_newest")]
+
+    def __str__(self) -> str:
+        return f"step {self.step} ({self.path})"
+
+
+class Attempt(models.Model):
+    """One attempt of a job once it ended, and the work it lost: the time between its last checkpoint (its
+    start when it saved none) and its end, times its nodes (and GPUs)."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField()
+    ended_as = models.CharField(max_length=256, blank=True)
+    node_count = models.PositiveIntegerField()
+    gpu_count = models.PositiveIntegerField(default=0)
+    last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    lost_seconds = models.FloatField()
+    lost_node_hours = models.FloatField()
+    lost_gpu_hours = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="unique_job_attempt")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of job {self.job_id}"
 
 
 class JobOutputFile(models.Model):

@@ -4,15 +4,23 @@ Every rank fits the same linear model on its own shard of a synthetic data set a
 are averaged across ranks each step, as Horovod does. On GPUs with PyTorch present it uses
 torch.distributed with NCCL; otherwise mpi4py's allreduce on the CPU.
 
-Run by the platform as:  mpirun ... python train.py --data_url=... --train_url=... [--epochs=N ...]
+It meets the console's checkpoint contract: with MA_CHECKPOINT_DIR (an s3:// or obs:// train_url), rank 0
+saves the weights every --checkpoint_every steps and says so in $MA_CHECKPOINT_DIR/checkpoint.json; given
+MA_RESUME_FROM (an automatic restart, a requeue, a Rebuild that resumes) it starts after that checkpoint's
+step, so the final weights are those of an uninterrupted run. On the notice before a stop
+(MA_CHECKPOINT_SIGNAL) the ranks save at the next step and end.
+
+Run by the platform as:  mpirun ... python train.py --data_url=... --train_url=... [--steps=N ...]
 """
 
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
+from datetime import UTC, datetime
 
 
 def parse_args():
@@ -24,6 +32,7 @@ def parse_args():
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--samples_per_rank", type=int, default=512)
     parser.add_argument("--step_seconds", type=float, default=0.0)
+    parser.add_argument("--checkpoint_every", type=int, default=5)
     known, unknown = parser.parse_known_args()
     return known, unknown
 
@@ -83,6 +92,62 @@ class NcclBackend:
         self.dist.destroy_process_group()
 
 
+class Checkpoints:
+    """The console's checkpoint contract: save into MA_CHECKPOINT_DIR, resume from MA_RESUME_FROM, and note the
+    notice signal (the ranks agree on it at a step, so they all save and end at the same one)."""
+
+    def __init__(self):
+        self.folder = os.environ.get("MA_CHECKPOINT_DIR", "")
+        self.resume_from = os.environ.get("MA_RESUME_FROM", "")
+        self.noticed = False
+        name = os.environ.get("MA_CHECKPOINT_SIGNAL", "")
+        if name and hasattr(signal, name):
+            signal.signal(getattr(signal, name), self.notice)
+
+    def notice(self, _signum, _frame):
+        self.noticed = True
+
+    def start(self, weights, rank):
+        """(first step, weights): after the checkpoint to resume from, or from the start."""
+        import numpy as np
+
+        if not self.resume_from:
+            return 1, weights
+        saved = np.load(self.resume_from)
+        if rank == 0:
+            print(f"resumed from {self.resume_from} after step {int(saved['step'])}", flush=True)
+        return int(saved["step"]) + 1, saved["weights"]
+
+    def after_step(self, backend, step, weights, every):
+        """Save every `every` steps, and at once on the notice; True when the ranks end here (the notice)."""
+        import numpy as np
+
+        # Every rank learns of the notice at the same step (any rank's counts).
+        noticed = backend.average(np.array([1.0 if self.noticed else 0.0]))[0] > 0
+        if backend.rank == 0 and (noticed or step % every == 0):
+            self.save(step, weights)
+        if noticed:
+            print(f"rank {backend.rank} ends at step {step} after the notice", flush=True)
+        return noticed
+
+    def save(self, step, weights):
+        """Rank 0: the weights, then the manifest naming them (each written aside, then renamed)."""
+        import numpy as np
+
+        if not self.folder:
+            return
+        os.makedirs(self.folder, exist_ok=True)
+        name = f"step-{step}.npz"
+        with open(os.path.join(self.folder, name + ".tmp"), "wb") as out:
+            np.savez(out, step=step, weights=weights)
+        os.replace(os.path.join(self.folder, name + ".tmp"), os.path.join(self.folder, name))
+        manifest = os.path.join(self.folder, "checkpoint.json")
+        with open(manifest + ".tmp", "w") as out:
+            json.dump({"step": step, "path": name, "time": datetime.now(UTC).isoformat(timespec="milliseconds")}, out)
+        os.replace(manifest + ".tmp", manifest)
+        print(f"checkpoint saved at step {step}: {name}", flush=True)
+
+
 def main():
     import numpy as np
 
@@ -101,8 +166,10 @@ def main():
     features = rng.normal(size=(args.samples_per_rank, args.features))
     targets = features @ true_weights + rng.normal(scale=0.01, size=args.samples_per_rank)
     weights = np.zeros(args.features)
+    checkpoints = Checkpoints()
+    first, weights = checkpoints.start(weights, backend.rank)
 
-    for step in range(1, args.steps + 1):
+    for step in range(first, args.steps + 1):
         residual = features @ weights - targets
         local_loss = float(np.mean(residual**2))
         gradient = 2.0 * features.T @ residual / args.samples_per_rank
@@ -110,6 +177,9 @@ def main():
         weights -= args.lr * averaged[:-1]
         if backend.rank == 0:
             print(f"step={step} loss={averaged[-1]:.6f}", flush=True)
+        if checkpoints.after_step(backend, step, weights, args.checkpoint_every):
+            backend.finish()
+            return
         if args.step_seconds:
             time.sleep(args.step_seconds)
 

@@ -7,14 +7,22 @@ gradients are averaged across ranks (nn.DistributedGradReducer). Each rank print
 each step, the checksum of the averaged gradient of its last step and of its final parameters: the
 ranks must agree on both.
 
+It meets the console's checkpoint contract: with MA_CHECKPOINT_DIR (an s3:// or obs:// train_url), rank 0
+saves the parameters every --checkpoint_every steps (a MindSpore .ckpt) and says so in
+$MA_CHECKPOINT_DIR/checkpoint.json; given MA_RESUME_FROM every rank loads it and goes on after its step. On
+the notice before a stop (MA_CHECKPOINT_SIGNAL) the ranks agree on a step, save and end.
+
 Run by the platform as:  mpirun ... python train.py [--steps=N --lr=X]
 """
 
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
+import time
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -27,8 +35,25 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--samples_per_rank", type=int, default=256)
+    parser.add_argument("--checkpoint_every", type=int, default=5)
+    parser.add_argument("--step_seconds", type=float, default=0.0)
     known, _ = parser.parse_known_args()
     return known
+
+
+NOTICED = []
+
+
+def save(ms, net, folder, step):
+    """Rank 0: the parameters, then the manifest naming them (each written aside, then renamed)."""
+    os.makedirs(folder, exist_ok=True)
+    name = f"step-{step}.ckpt"
+    ms.save_checkpoint(net, os.path.join(folder, "partial.ckpt"), append_dict={"step": step})
+    os.replace(os.path.join(folder, "partial.ckpt"), os.path.join(folder, name))
+    manifest = os.path.join(folder, "checkpoint.json")
+    with open(manifest + ".tmp", "w") as out:
+        json.dump({"step": step, "path": name, "time": datetime.now(UTC).isoformat(timespec="milliseconds")}, out)
+    os.replace(manifest + ".tmp", manifest)
 
 
 def main():
@@ -60,12 +85,34 @@ def main():
     grad_fn = ms.value_and_grad(lambda data, label: loss_fn(net(data), label), None, optimizer.parameters)
     reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=size)
 
+    folder, first = os.environ.get("MA_CHECKPOINT_DIR", ""), 1
+    name = os.environ.get("MA_CHECKPOINT_SIGNAL", "")
+    if name and hasattr(signal, name):
+        signal.signal(getattr(signal, name), lambda *_: NOTICED.append(True))
+    resume_from = os.environ.get("MA_RESUME_FROM", "")
+    if resume_from:
+        saved = ms.load_checkpoint(resume_from)
+        first = int(saved.pop("step").asnumpy()) + 1
+        ms.load_param_into_net(net, saved)
+        if rank == 0:
+            print(f"resumed from {resume_from} after step {first - 1}", flush=True)
+    agree = ms.ops.AllReduce()
+
     averaged = None
-    for step in range(1, args.steps + 1):
+    for step in range(first, args.steps + 1):
         loss, gradients = grad_fn(x, y)
         averaged = reducer(gradients)
         optimizer(averaged)
         print(f"rank {rank} host {host} step={step} loss={float(loss.asnumpy()):.6f}", flush=True)
+        # Every rank learns of the notice at the same step (any rank's counts).
+        noticed = float(agree(ms.Tensor([1.0 if NOTICED else 0.0], ms.float32)).asnumpy()[0]) > 0
+        if rank == 0 and folder and (noticed or step % args.checkpoint_every == 0):
+            save(ms, net, folder, step)
+        if noticed:
+            print(f"rank {rank} ends at step {step} after the notice", flush=True)
+            return
+        if args.step_seconds:
+            time.sleep(args.step_seconds)
 
     gradient_sum = sum(float(gradient.asnumpy().astype(np.float64).sum()) for gradient in averaged)
     weight_sum = sum(float(parameter.asnumpy().astype(np.float64).sum()) for parameter in net.trainable_params())

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from jobs.allocation import waiting_reason
 from jobs.launch.masking import mask_shell_text, masked
-from jobs.models import CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
+from jobs.models import Attempt, Checkpoint, CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
 
 # The platform's own arguments, which the form takes as fields and a job keeps as its first parameters.
 URL_FIELDS = ("data_url", "train_url")
@@ -176,6 +176,45 @@ class SlurmFactsSerializer(serializers.Serializer):
         "cpu_hours, gpu_hours, cpu_time_used_seconds."))
 
 
+class CheckpointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Checkpoint
+        fields = ["attempt", "step", "path", "url", "size_bytes", "file_count", "saved_at", "program_time",
+                  "after_notice_seconds"]
+        extra_kwargs = {
+            "attempt": {"help_text": "The attempt that saved it (1 for the first)."},
+            "step": {"help_text": "The step its manifest gave."},
+            "path": {"help_text": "Its file or folder under MA_CHECKPOINT_DIR."},
+            "url": {"help_text": "Where it is in the store (under train_url/checkpoints/)."},
+            "size_bytes": {"help_text": "Its size in the store."},
+            "file_count": {"help_text": "How many files it is."},
+            "saved_at": {"help_text": "When the console found every file of it in the store."},
+            "program_time": {"help_text": "The time its manifest gave, as written (may be empty)."},
+            "after_notice_seconds": {"help_text": "Seconds after the attempt's notice before a stop; null when "
+                                                  "saved before any notice."},
+        }
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = ["number", "started_at", "ended_at", "ended_as", "node_count", "gpu_count", "last_checkpoint_step",
+                  "last_checkpoint_at", "lost_seconds", "lost_node_hours", "lost_gpu_hours"]
+        extra_kwargs = {
+            "number": {"help_text": "The attempt (1 for the first)."},
+            "started_at": {"help_text": "When it started running."},
+            "ended_at": {"help_text": "When it ended."},
+            "ended_as": {"help_text": "How it ended, in words."},
+            "node_count": {"help_text": "Its nodes."},
+            "gpu_count": {"help_text": "Its GPUs, all nodes together."},
+            "last_checkpoint_step": {"help_text": "The step of its last checkpoint; null when it saved none."},
+            "last_checkpoint_at": {"help_text": "When its last checkpoint was in the store."},
+            "lost_seconds": {"help_text": "Seconds from its last checkpoint (its start, without one) to its end."},
+            "lost_node_hours": {"help_text": "lost_seconds on all its nodes, in node-hours."},
+            "lost_gpu_hours": {"help_text": "lost_seconds on all its GPUs, in GPU-hours."},
+        }
+
+
 class TrainingJobSerializer(serializers.ModelSerializer):
     """A job: its writable fields are its submission, the read-only ones what became of it."""
 
@@ -210,12 +249,20 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         "A job of a Slurm pool: its Slurm job, what Slurm says of it, and slurmdbd's accounting once it ended."))
     final_metrics = serializers.DictField(child=serializers.FloatField(), read_only=True,
                                           help_text="Each metric's last value read from the log.")
+    resume_from_job = serializers.IntegerField(source="resume_source_id", required=False, allow_null=True, min_value=1,
+                                               help_text=("Start from the newest checkpoint of this job of yours (a "
+                                                          "Rebuild that resumes): it gets MA_RESUME_FROM."))
+    checkpoints = CheckpointSerializer(many=True, read_only=True, help_text=(
+        "The checkpoints its program saved (MA_CHECKPOINT_DIR's manifest), newest first."))
+    attempts = AttemptSerializer(many=True, read_only=True, help_text=(
+        "Each attempt that ended, with the work it lost since its last checkpoint."))
 
     class Meta:
         model = TrainingJob
         fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "engine_version",
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
                   "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "predownload",
+                  "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "checkpoints", "attempts",
                   "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]
@@ -242,6 +289,11 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                                           "signal nobody sent) gets, 0-3; 0 is off.", "min_value": 0, "max_value": 3},
             "predownload": {"help_text": "Bring an s3:// or obs:// train_url's files back into the output folder before "
                                          "each start (the reference's predownload), to resume from a checkpoint."},
+            "checkpoint_grace_seconds": {"help_text": "Before a stop the console decides (a user's, auto stop, the "
+                                                      "watchdog), every rank gets checkpoint_signal and this many "
+                                                      "seconds to save a checkpoint; 0 is no notice. At most the "
+                                                      "administrator's maximum.", "min_value": 0, "max_value": 86400},
+            "checkpoint_signal": {"help_text": "The notice's signal: USR1 (the default), USR2, INT or TERM."},
             "restart_count": {"help_text": "How many times auto restart has run the job again (MA_RESTART_COUNT)."},
             "command_template": {"help_text": "The background command with its ${VARIABLES}."},
             "command": {"help_text": "The command as run, expanded."},
@@ -275,6 +327,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         for field in URL_FIELDS:
             if field in shown:
                 shown[field] = masked(field, shown[field])
+        for checkpoint in shown.get("checkpoints") or []:
+            checkpoint["url"] = masked("train_url", checkpoint["url"])
         for field in ("command_template", "command", "hostfile", "extra_args"):
             if field in shown:
                 shown[field] = mask_shell_text(shown[field])

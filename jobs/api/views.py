@@ -200,7 +200,7 @@ class TrainingJobDetail(generics.RetrieveAPIView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return TrainingJob.objects.none()
-        return visible_jobs(self.request.user).prefetch_related("workers")
+        return visible_jobs(self.request.user).prefetch_related("workers", "checkpoints", "attempts")
 
 
 class TrainingJobLog(APIView):

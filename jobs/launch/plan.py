@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, checkpoint_variables
 from jobs.launch.command_builder import CommandError, LaunchCommand, LaunchInputs, build_launch_command, split_args
 from jobs.launch.data_paths import object_url_of, program_parameters, url_variables
 from jobs.launch.platform_env import hosts_file_text, worker_environment
@@ -71,6 +72,13 @@ class JobValues:
     read_only_mounts: tuple[str, ...] = ()
     # Bring an object-store train_url's files back before the start (to resume from a checkpoint there).
     predownload: bool = False
+    # The checkpoint contract (jobs.launch.checkpoint_contract): the notice before a stop (0 s: none), and
+    # the checkpoint this attempt resumes from ("" when none): its path in the checkpoint folder and the
+    # object URL it is brought back from.
+    checkpoint_grace_seconds: int = 0
+    checkpoint_signal: str = DEFAULT_NOTICE_SIGNAL
+    resume_from: str = ""
+    resume_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,14 @@ class JobPlan:
     read_only_mounts: tuple[str, ...] = ()
     # train_url names an object store and its files come back into the output folder before the start.
     predownloads_output: bool = False
+    # train_url names an object store: the program gets MA_CHECKPOINT_DIR, and its checkpoints are recorded.
+    keeps_checkpoints: bool = False
+    # Seconds between the notice (this signal to every rank) and the end of a stop; 0: no notice.
+    checkpoint_grace_seconds: int = 0
+    checkpoint_signal: str = DEFAULT_NOTICE_SIGNAL
+    # The checkpoint brought back before the start, as its object URL and its path in the checkpoint folder.
+    resume_url: str = ""
+    resume_from: str = ""
 
     @property
     def rank_count(self) -> int:
@@ -259,6 +275,8 @@ def worker_environment_for(job: JobValues, index: int, addresses: Sequence[str])
         engine_env=job.engine_env,
         user_env={**job.env, **url_variables(job.parameters)},
         restart_count=job.restart_count,
+        checkpoint_env=checkpoint_variables(bool(object_url_of(job.parameters, "train_url")), job.resume_from,
+                                            job.checkpoint_grace_seconds, job.checkpoint_signal),
     )
 
 
@@ -341,5 +359,10 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         stages_inputs=bool(object_url_of(job.parameters, "data_url")),
         read_only_mounts=job.read_only_mounts,
         predownloads_output=job.predownload and bool(object_url_of(job.parameters, "train_url")),
+        keeps_checkpoints=bool(object_url_of(job.parameters, "train_url")),
+        checkpoint_grace_seconds=job.checkpoint_grace_seconds,
+        checkpoint_signal=job.checkpoint_signal,
+        resume_url=job.resume_url if object_url_of(job.parameters, "train_url") else "",
+        resume_from=job.resume_from if object_url_of(job.parameters, "train_url") else "",
         limits=container_limits(job.spec),
     )

@@ -39,6 +39,7 @@ def worker_environment(
     engine_env: Mapping[str, str],
     user_env: Mapping[str, str],
     restart_count: int = 0,
+    checkpoint_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The variables of one worker, in the order they are applied: engine, platform, then the user's.
 
@@ -58,6 +59,8 @@ def worker_environment(
         # How many times auto restart has run the job again: training code resumes from its checkpoint
         # in train_url when this is above 0.
         "MA_RESTART_COUNT": str(restart_count),
+        # The checkpoint contract (jobs.launch.checkpoint_contract): MA_CHECKPOINT_DIR, MA_RESUME_FROM, ...
+        **dict(checkpoint_env or {}),
         "MA_NUM_HOSTS": str(count),
         "MA_CURRENT_INSTANCE_NAME": worker_hostname(job_dns, worker_index),
         "VC_TASK_INDEX": str(worker_index),

@@ -24,6 +24,7 @@ from jobs.models import (
     EngineVersion,
     IllegalTransition,
     JobStatus,
+    LauncherDefaults,
     ResourcePool,
     ResourceSpec,
     TrainingJob,
@@ -141,6 +142,10 @@ def _form_page(request, form, rebuilt_from=None):
         "specs": ResourceSpec.objects.all(),
         "pools": ResourcePool.objects.all(),
         "rebuilt_from": rebuilt_from,
+        # A Rebuild of the user's own job that saved a checkpoint may resume from it.
+        "resumable_from": rebuilt_from.resume_checkpoint() if rebuilt_from and rebuilt_from.owner_id == request.user.pk
+        else None,
+        "grace_max": LauncherDefaults.current().checkpoint_grace_max_seconds,
         "taken_names": list(TrainingJob.objects.filter(owner=request.user).order_by("-created_at")
                             .values_list("name", flat=True)[:TAKEN_NAMES_SHOWN]),
     })

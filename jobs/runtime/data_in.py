@@ -17,6 +17,7 @@ from pathlib import Path
 import asyncssh
 from django.conf import settings
 
+from jobs.launch.checkpoint_contract import CHECKPOINT_FOLDER
 from jobs.launch.data_paths import DATA_URL_FOLDER, TRAIN_URL_FOLDER, object_url_of
 from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
@@ -71,6 +72,34 @@ def input_downloads(job_id: int) -> list[Download]:
 def output_downloads(job_id: int) -> list[Download]:
     """What each worker brings back of the job's train_url before the start ([] when it holds nothing yet)."""
     return _downloads(job_id, "train_url", TRAIN_URL_FOLDER) or []
+
+
+def checkpoint_downloads(job_id: int, url_text: str, path: str) -> list[Download]:
+    """What each worker brings back of the checkpoint an attempt resumes from (its file, or its folder's files),
+    into the checkpoint folder under train_url's; NodeError when it is no longer in the store."""
+    job = TrainingJob.objects.select_related("owner").get(pk=job_id)
+    try:
+        url = parse_object_url(url_text)
+        if url is None:
+            raise ObjectUrlError("not an object URL")
+        where = reach(url_text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        key = url.prefix.rstrip("/")
+        found = [item for item in where.store.objects(url.bucket, key, MAX_INPUT_OBJECTS)
+                 if item.key == key or item.key.startswith(key + "/")]
+        downloads = []
+        for item in found:
+            relative = item.key[len(key):].lstrip("/")
+            if relative and not safe_key_part(relative):
+                continue
+            target = f"{TRAIN_URL_FOLDER}/{CHECKPOINT_FOLDER}/{path}" + (f"/{relative}" if relative else "")
+            downloads.append(Download(
+                path=target, url=where.store.presigned_get(url.bucket, item.key, URL_LIFETIME_S), size=item.size,
+                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}"))
+    except (ObjectUrlError, StoreError) as error:
+        raise NodeError("console", "bringing the checkpoint back", f"{url_text}: {error}") from error
+    if not downloads:
+        raise NodeError("console", "bringing the checkpoint back", f"{url_text} is no longer in the store")
+    return downloads
 
 
 def _parameters(job_id: int) -> tuple[tuple[str, str], ...]:

@@ -23,6 +23,7 @@ from jobs.models import (
     TrainingJob,
     Worker,
 )
+from jobs.results.checkpoints import close_attempt
 from jobs.results.recording import launched_rank_workers as launched_rank_workers  # the run imports it from here
 from jobs.results.recording import record_rank_records
 from jobs.runtime.teardown import TeardownResult, all_rank_records, cleanup_report
@@ -58,6 +59,8 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
     # One transaction: the nodes are free exactly when the job's end is recorded, never while it still
     # reads Running (another job could take them), and a job is never left Running without its nodes.
     with transaction.atomic():
+        # The attempt's lost work is measured at its end, whichever way it ends (queued again included).
+        close_attempt(job_id, message or (f"exit status {exit_code}" if exit_code is not None else outcome))
         for worker_index, problem in unclean:
             # Only a node the job still holds: one force-released meanwhile may be another job's by now.
             Node.objects.filter(workers__job_id=job_id, workers__index=worker_index, allocated_to_id=job_id).update(

@@ -141,8 +141,10 @@ def podman_exec_argv(plan: JobPlan, worker: WorkerPlan, folder: str) -> list[str
 class Follow:
     """Start mpirun on worker-0 (once) and follow its output until it ends, across cut sessions."""
 
-    def __init__(self, plan: JobPlan, sink: LogSink, cursor: LaunchCursor | None, stopping: asyncio.Event):
+    def __init__(self, plan: JobPlan, sink: LogSink, cursor: LaunchCursor | None, stopping: asyncio.Event,
+                 patience: float = STOP_GRACE_SECONDS):
         self.plan = plan
+        self.patience = patience
         self.sink = sink
         self.stopping = stopping
         self.run_dir = run_dir(plan.workers[0])
@@ -224,7 +226,7 @@ class Follow:
             await asyncio.wait([pump, stop_seen], return_when=asyncio.FIRST_COMPLETED)
             if not pump.done():
                 # Stopping: the teardown ends mpirun, and with it this session, unless worker-0 is gone.
-                done, _ = await asyncio.wait([pump], timeout=STOP_GRACE_SECONDS)
+                done, _ = await asyncio.wait([pump], timeout=self.patience)
                 if not done:
                     channel.close()
                     pump.cancel()
@@ -262,7 +264,8 @@ class Follow:
 
 
 async def launch(plan: JobPlan, sink: LogSink, cursor: LaunchCursor | None = None,
-                 stopping: asyncio.Event | None = None) -> int | None:
-    """Run mpirun on worker-0 and follow it to its end; its exit code, or None when it ended without one."""
+                 stopping: asyncio.Event | None = None, patience: float = STOP_GRACE_SECONDS) -> int | None:
+    """Run mpirun on worker-0 and follow it to its end; its exit code, or None when it ended without one.
+    `patience`: how long, once the job is being stopped, mpirun's end is waited for."""
     async with sink:
-        return await Follow(plan, sink, cursor, stopping or asyncio.Event()).run()
+        return await Follow(plan, sink, cursor, stopping or asyncio.Event(), patience).run()

@@ -43,13 +43,23 @@ from jobs.models import (
 )
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError
+from jobs.results.checkpoints import claim_notice, last_claim, note_notice, record_checkpoint, warn_checkpoint
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
-from jobs.runtime.data_in import OUTPUTS_TARGET, PREDOWNLOADED_MTIME_NS, Staging, input_downloads, output_downloads
+from jobs.runtime.checkpoints import CheckpointWatch, FoundCheckpoint, signal_ranks
+from jobs.runtime.data_in import (
+    OUTPUTS_TARGET,
+    PREDOWNLOADED_MTIME_NS,
+    Download,
+    Staging,
+    checkpoint_downloads,
+    input_downloads,
+    output_downloads,
+)
 from jobs.runtime.data_out import OutputSync, describe_reach_error, output_reach, store_destination
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
-from jobs.runtime.launcher import LaunchCursor, launch
+from jobs.runtime.launcher import STOP_GRACE_SECONDS, LaunchCursor, launch
 from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.network_policy import ALLOWED_DESTINATIONS, allowed_destinations
@@ -66,6 +76,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 5.0
 # The steps of a worker's preparation that the job's events list, as the reference's events tab does.
 WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
+# How often a notice's grace looks for the checkpoint it asked for.
+CHECKPOINT_NOTICE_LOOK_SECONDS = 1.0
 # How often the preparation looks whether the job was stopped meanwhile.
 STOP_POLL_SECONDS = 1.0
 
@@ -176,6 +188,11 @@ class JobRun:
         self.unreachable: frozenset[int] = frozenset()
         # The uploads of an object-store train_url (None: the job has none, or it is not known yet).
         self.output_sync: OutputSync | None = None
+        # The program's checkpoints, read from its manifest (None: its train_url is not in an object store).
+        self.checkpoint_watch: CheckpointWatch | None = None
+        # A stop the console carries out (a user's, auto stop, the watchdog): the notice, the last upload and the
+        # containers' end, once, whoever asks first.
+        self.ending_after_notice: asyncio.Task[None] | None = None
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -323,9 +340,12 @@ class JobRun:
         workers = asyncio.create_task(recorder.follow(watch))
         stop = asyncio.create_task(self.carry_out_the_stop())
         syncing = asyncio.create_task(self.sync_outputs_while_running())
+        checkpoints = asyncio.create_task(self.watch_checkpoints_while_running())
         try:
             sink = LogSink(self.job_id, owner=self.owner, on_stored=monitor.take_stored)
-            exit_code = await launch(self.plan, sink, cursor, self.stopping)
+            # A stop waits out the job's notice before it ends mpirun: the follow waits as long for its end.
+            exit_code = await launch(self.plan, sink, cursor, self.stopping,
+                                     patience=STOP_GRACE_SECONDS + self.plan.checkpoint_grace_seconds)
             if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
                 # mpirun may fail for a worker it lost before the watch's next look: one more look says so.
                 workers.cancel()
@@ -336,7 +356,14 @@ class JobRun:
             workers.cancel()
             stop.cancel()
             syncing.cancel()
-            await asyncio.gather(workers, stop, syncing, return_exceptions=True)
+            checkpoints.cancel()
+            # mpirun is over (the ranks ended on the notice, or at the end of its grace): what is left of the
+            # notice is moot, and the last upload is the end's (collect_outputs) whoever had begun it.
+            noticing = self.ending_after_notice
+            if noticing is not None and not noticing.done():
+                noticing.cancel()
+            await asyncio.gather(workers, stop, syncing, checkpoints, *([noticing] if noticing else []),
+                                 return_exceptions=True)
             if self.unreachable:
                 watch.close()  # a silent node would only hold the end up for a probe's timeout
             else:
@@ -352,9 +379,66 @@ class JobRun:
         await self.stopping.wait()
         if self.lost or await in_database(_status, self.job_id) != JobStatus.TERMINATING:
             return
+        await self.end_after_notice("Stopping: ending the containers on every node")
+
+    async def end_after_notice(self, message: str) -> None:
+        """A stop the console carries out: the notice and its grace, the last upload, then every container ended."""
+        if self.ending_after_notice is None:
+            self.ending_after_notice = asyncio.create_task(self._end_after_notice(message))
+        await asyncio.shield(self.ending_after_notice)
+
+    async def _end_after_notice(self, message: str) -> None:
+        await self.give_notice()
         await self.upload_outputs_before_the_end()
-        await self.say("Stopping: ending the containers on every node")
+        await self.say(message)
         await self.end_containers()
+
+    async def give_notice(self) -> None:
+        """The job's notice before a stop: its signal to every rank, then up to its grace for a checkpoint (the
+        stop goes on as soon as one is in the store); a rank still running at the grace's end is ended."""
+        grace = self.plan.checkpoint_grace_seconds
+        if grace <= 0 or self.lost:
+            return
+        signal = self.plan.checkpoint_signal
+        sent_at, ours = await in_database(claim_notice, self.job_id)
+        if ours:
+            count = await signal_ranks(self.plan, signal)
+            await in_database(note_notice, self.job_id,
+                              f"Notice: SIG{signal} sent to {count} rank(s); up to {grace} s to save a checkpoint")
+        loop = asyncio.get_running_loop()
+        # From when it went out (by this process, or by the one that ran the job before it).
+        deadline = loop.time() + grace - max((timezone.now() - sent_at).total_seconds(), 0.0)
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(CHECKPOINT_NOTICE_LOOK_SECONDS, left))
+            if await self.look_for_checkpoint():
+                return
+        await self.say(f"No checkpoint within the {grace} s grace: ending the ranks")
+        await signal_ranks(self.plan, "TERM")
+
+    async def look_for_checkpoint(self) -> bool:
+        """One look at the program's manifest; True when a new checkpoint was recorded."""
+        if self.checkpoint_watch is None:
+            return False
+        try:
+            return await self.checkpoint_watch.look()
+        except NodeError as error:
+            logger.info("job %s: a look for a checkpoint failed (tried again): %s", self.job_id, error)
+            return False
+
+    async def watch_checkpoints_while_running(self) -> None:
+        """Look for a new checkpoint every CHECKPOINT_LOOK_SECONDS while the job runs: it is uploaded and recorded
+        at once, so a lost worker or a preemption loses no more than the program's own interval."""
+        while self.plan.keeps_checkpoints:
+            await asyncio.sleep(settings.CHECKPOINT_LOOK_SECONDS)
+            if self.checkpoint_watch is None:
+                return  # no store to keep them in, or the last upload is done
+            await self.look_for_checkpoint()
+
+    async def record_checkpoint(self, found: FoundCheckpoint) -> None:
+        await in_database(record_checkpoint, self.job_id, found.claim, found.url, found.size_bytes, found.file_count)
+
+    async def warn_checkpoint(self, reason: str) -> None:
+        await in_database(warn_checkpoint, self.job_id, reason)
 
     async def end_containers(self, unreachable: frozenset[int] = frozenset()) -> None:
         """End every worker's container now (mpirun then ends and the follow returns); once per run."""
@@ -393,9 +477,7 @@ class JobRun:
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
         if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
             return
-        await self.upload_outputs_before_the_end()
-        await self.say(f"{message}; ending the containers on every node")
-        await self.end_containers()
+        await self.end_after_notice(f"{message}; ending the containers on every node")
 
     async def stagings(self) -> list[Staging]:
         """What each worker's node fetches before its container starts: the input, and train_url's files when
@@ -407,10 +489,18 @@ class JobRun:
             brought = await in_database(output_downloads, self.job_id)
             if brought:
                 found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="train_url"))
-                if self.output_sync is not None:  # unchanged since, they are not uploaded again
-                    self.output_sync.sent.update({item.path.split("/", 1)[1]: (item.size, PREDOWNLOADED_MTIME_NS)
-                                                  for item in brought})
+                self.not_again(brought)
+        elif self.plan.resume_url:
+            brought = await in_database(checkpoint_downloads, self.job_id, self.plan.resume_url, self.plan.resume_from)
+            found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="checkpoint"))
+            self.not_again(brought)
         return found
+
+    def not_again(self, brought: list[Download]) -> None:
+        """Files brought back into the output folder: unchanged since, they are not uploaded again."""
+        if self.output_sync is not None:
+            self.output_sync.sent.update({item.path.split("/", 1)[1]: (item.size, PREDOWNLOADED_MTIME_NS)
+                                          for item in brought})
 
     async def find_output_store(self) -> None:
         try:
@@ -422,6 +512,10 @@ class JobRun:
         if found is not None:
             train_url, where = found
             self.output_sync = OutputSync(train_url, where, self.plan.container_target(self.plan.workers[0]))
+            if self.plan.keeps_checkpoints:
+                self.checkpoint_watch = CheckpointWatch(self.output_sync, self.record_checkpoint, self.warn_checkpoint)
+                # A run taken up again does not record again what the one before it recorded.
+                self.checkpoint_watch.settled = await in_database(last_claim, self.job_id)
 
     async def sync_outputs_while_running(self) -> None:
         """Upload what changed in the output folder every OUTPUT_SYNC_SECONDS, for as long as the job runs."""
@@ -457,11 +551,14 @@ class JobRun:
                     await asyncio.sleep(pause)
         except TimeoutError:
             problem = f"the upload took longer than {settings.OUTPUT_FINAL_SYNC_SECONDS} s"
+        if not problem:
+            await self.look_for_checkpoint()  # one saved at the very end (a notice answered by exiting)
         result = sync.result(problem)
         await in_database(record_outputs, self.job_id, sync.train_url, result)
         await in_database(_event, self.job_id, "outputs", result.message)
         await self.say(result.message)
         self.output_sync = None  # uploaded for the last time: the end does not do it again
+        self.checkpoint_watch = None
 
     async def collect_outputs(self) -> None:
         if self.output_sync is not None or await in_database(_has_object_outputs, self.job_id):

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from jobs.allocation import release_nodes
 from jobs.models import FINAL_STATES, IllegalTransition, JobEvent, JobStatus, Node, TrainingJob
+from jobs.results.checkpoints import close_attempt
 
 LIVE_STATES = {JobStatus.CREATING, JobStatus.RUNNING, JobStatus.TERMINATING}
 
@@ -32,6 +33,7 @@ def force_release_job(job: TrainingJob, user) -> None:
         nodes.update(state=Node.State.NOT_READY,
                      state_message=f"force released from job {job.pk} by {by}: cleaned by its next health check")
         release_nodes(job.pk)
+        close_attempt(job.pk, f"force released by {by}")
         job.transition(JobStatus.ABNORMAL, f"Force released by {by}", heartbeat_at=timezone.now())
         message = f"Force released by {by}; nodes freed for a health check: {', '.join(names) or 'none'}"
         JobEvent.objects.create(job=job, kind="force-release", message=message)

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count
 from jobs.code_dirs.service import python_files
+from jobs.launch.checkpoint_contract import NOTICE_SIGNALS
 from jobs.launch.command_builder import (
     ENV_NAME_RE,
     PARAM_NAME_RE,
@@ -23,7 +24,7 @@ from jobs.launch.command_builder import (
 )
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
-from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec
+from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec, TrainingJob
 from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.submission.access import visible_code_dirs
@@ -52,7 +53,7 @@ AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
                       "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "max_restarts",
-                      "predownload")
+                      "predownload", "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job")
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:
@@ -157,6 +158,12 @@ class TrainingJobForm(forms.Form):
     max_restarts = forms.IntegerField(min_value=0, max_value=3, required=False)
     # Bring an s3:// or obs:// train_url's files back before the start, to resume from a checkpoint there.
     predownload = forms.BooleanField(required=False)
+    # The notice before a stop the console decides: this signal to every rank, then up to this many seconds
+    # (at most the administrator's maximum) to save a checkpoint. 0 or empty: no notice.
+    checkpoint_grace_seconds = forms.IntegerField(min_value=0, max_value=86400, required=False)
+    checkpoint_signal = forms.ChoiceField(choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS], required=False)
+    # Rebuild's "resume from the last checkpoint": the job (the user's own) whose newest checkpoint this one starts from.
+    resume_from_job = forms.IntegerField(min_value=1, required=False)
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -202,6 +209,8 @@ class TrainingJobForm(forms.Form):
             "watchdog_seconds": job.watchdog_seconds,
             "max_restarts": job.max_restarts,
             "predownload": job.predownload,
+            "checkpoint_grace_seconds": job.checkpoint_grace_seconds,
+            "checkpoint_signal": job.checkpoint_signal,
         }
 
     @property
@@ -395,9 +404,25 @@ class TrainingJobForm(forms.Form):
                 has_scheme(text) for text in [cleaned.get("train_url") or "", *(
                     str(item["value"]) for item in cleaned.get("parameters") or [] if item.get("name") == "train_url")]):
             self.add_error("predownload", _("Bringing the output back needs an s3:// or obs:// train_url."))
+        self._check_checkpoint_choices(cleaned)
         if "auto_stop" in self.data:
             self._resolve_auto_stop(cleaned)
         return cleaned
+
+    def _check_checkpoint_choices(self, cleaned: dict) -> None:
+        grace = cleaned.get("checkpoint_grace_seconds")
+        most = LauncherDefaults.current().checkpoint_grace_max_seconds
+        if grace and grace > most:
+            self.add_error("checkpoint_grace_seconds",
+                           _("The administrator allows at most %(max)s s of notice before a stop.") % {"max": most})
+        source_id = cleaned.get("resume_from_job")
+        if source_id:
+            owner_id = getattr(self.user, "pk", None)
+            source = TrainingJob.objects.filter(pk=source_id, owner_id=owner_id).first() if owner_id else None
+            if source is None:
+                self.add_error("resume_from_job", _("Job %(id)s is not one of yours.") % {"id": source_id})
+            elif source.resume_checkpoint() is None:
+                self.add_error("resume_from_job", _("Job %(id)s saved no checkpoint to resume from.") % {"id": source_id})
 
     def _check_object_urls(self, cleaned: dict) -> None:
         """An s3:// or obs:// data_url or train_url (a field, or a parameter of that name) the job could not use

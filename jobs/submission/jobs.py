@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
+from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL
 from jobs.models import JobEvent, LauncherDefaults, TrainingJob
 from jobs.results.metrics import default_metric_definitions
 from jobs.submission import task_queue
@@ -45,6 +46,9 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         auto_stop_hours=data.get("auto_stop_hours"),
         max_restarts=data.get("max_restarts") or 0,
         predownload=bool(data.get("predownload")),
+        checkpoint_grace_seconds=data.get("checkpoint_grace_seconds") or 0,
+        checkpoint_signal=data.get("checkpoint_signal") or DEFAULT_NOTICE_SIGNAL,
+        resume_source_id=data.get("resume_from_job") or None,
         metric_definitions=data.get("metrics") or default_metric_definitions(),
         watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
         bind_args=defaults.bind_args,

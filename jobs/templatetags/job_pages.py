@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 from jobs.pages.card_words import card_words as say_card_words
 from jobs.pages.display import PREPARATION_STEPS, badge, translated_message
+from jobs.results.checkpoints import lost_work_words
 from jobs.results.failure_card import plain_words
 from jobs.results.rank_records import describe_outcome
 
@@ -136,3 +137,15 @@ def spec_words(spec) -> str:
     parts.append(_("CPU: %(cores)s cores") % {"cores": spec.cpu_cores})
     parts.append(_("Memory: %(gb)s GB") % {"gb": spec.memory_gb})
     return " | ".join(parts)
+
+
+@register.filter
+def lost_work(attempt) -> str:
+    """'attempt 2 lost 3 min, 0.10 node-h (since its checkpoint at step 1,200)'."""
+    return lost_work_words(attempt)
+
+
+@register.filter
+def checkpoint_warnings(job) -> list:
+    """The last few manifests the console did not trust (the timeline holds them all)."""
+    return list(job.events.filter(kind="checkpoint-ignored").order_by("-id")[:3])

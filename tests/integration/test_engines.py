@@ -93,8 +93,8 @@ def test_the_mindspore_example_trains_on_two_nodes_and_its_ranks_agree_on_the_av
         assert len({matches[0].group(1) for matches in values.values()}) == 1, f"ranks disagree on the {what}: {values}"
 
 
-def test_the_horovod_example_reads_from_s3_keeps_its_checkpoint_in_obs_and_resumes_from_it(api, horovod, object_store,
-                                                                                         owner):
+def test_the_horovod_example_reads_from_s3_keeps_its_checkpoints_in_obs_and_a_rebuild_resumes_from_the_last(
+        api, horovod, object_store, owner):
     from jobs.management.commands.localstore import register
     from jobs.object_store.client import ObjectStore
 
@@ -108,13 +108,61 @@ def test_the_horovod_example_reads_from_s3_keeps_its_checkpoint_in_obs_and_resum
     first = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": "3"}], **urls)
     first = wait_for(first, [JobStatus.COMPLETED], timeout=300)
     assert "data_url: 1 files, 800 bytes" in "\n".join(line.text for line in rank_lines(first))
-    assert [item.key for item in store.objects(bucket, "runs/horovod/", 10)] == ["runs/horovod/checkpoint.pt"]
+    keys = {item.key for item in store.objects(bucket, "runs/horovod/", 10)}
+    assert keys >= {"runs/horovod/checkpoints/step-3.pt", "runs/horovod/checkpoints/checkpoint.json"}, keys
+    assert first.checkpoints.order_by("-saved_at").values_list("step", flat=True).first() == 3
 
-    again = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": "2"}],
-                   predownload=True, **urls)
+    # Five steps in all: the rebuilt job starts from the first one's checkpoint at step 3.
+    again = submit(api, horovod.version, "horovod-train", parameters=[{"name": "steps", "value": "5"}],
+                   resume_from_job=first.pk, **urls)
     again = wait_for(again, [JobStatus.COMPLETED], timeout=300)
     text = "\n".join(line.text for line in rank_lines(again))
-    assert "resumed from /home/ma-user/modelarts/outputs/train_url_0/checkpoint.pt after step 3" in text, text
+    assert "resumed from /home/ma-user/modelarts/outputs/train_url_0/checkpoints/step-3.pt after step 3" in text, text
     losses = per_rank(again, r"host (\S+) step=(\d+) loss=")
     assert sorted(losses) == list(range(RANKS))
     assert all([int(match.group(2)) for match in matches] == [4, 5] for matches in losses.values())
+
+
+
+
+@pytest.mark.parametrize("engine", ["horovod", "mindspore"])
+def test_an_engines_example_whose_worker_is_killed_resumes_in_attempt_2_with_the_weights_of_an_uninterrupted_run(
+        api, request, engine, object_store, owner, console):
+    import asyncio
+    import time
+
+    from jobs.management.commands.localstore import register
+    from jobs.models import Checkpoint
+    from jobs.object_store.client import ObjectStore
+    from tests.integration.helpers import _node_run, log_text
+    from tests.integration.test_faults import local_node, worker_of
+
+    version = request.getfixturevalue(engine)
+    storage = register(object_store.endpoint, object_store.state)
+    bucket = storage.user_bucket(owner.pk, owner.username)
+    ObjectStore(storage.access()).create_bucket(bucket)
+    checksum = re.compile(r"rank 0 final weights checksum (\S+)")
+
+    straight = submit(api, version.version, f"{engine}-train", parameters=[{"name": "steps", "value": "30"}],
+                      train_url=f"obs://{bucket}/runs/{engine}-straight/")
+    straight = wait_for(straight, [JobStatus.COMPLETED], timeout=300)
+    expected = checksum.search(log_text(straight))
+    assert expected, log_text(straight)
+
+    job = submit(api, version.version, f"{engine}-train", max_restarts=1, train_url=f"obs://{bucket}/runs/{engine}-killed/",
+                 parameters=[{"name": "steps", "value": "30"}, {"name": "step_seconds", "value": "0.3"},
+                             {"name": "checkpoint_every", "value": "5"}])
+    wait_for(job, [JobStatus.RUNNING], timeout=300)
+    deadline = time.monotonic() + 180
+    while not Checkpoint.objects.filter(job=job, step__gte=10).exists():
+        assert time.monotonic() < deadline, log_text(job)
+        time.sleep(0.3)
+    worker = worker_of(job, 1)
+    asyncio.run(_node_run(local_node(console, worker.node_name), f"podman kill {worker.container_name}"))
+
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=400)
+    [boundary] = job.attempt_log_starts
+    second = "\n".join(line.text for line in job.log_lines.filter(seq__gt=boundary))
+    resumed = re.search(r"resumed from \S+/checkpoints/step-(\d+)\.\w+ after step (\d+)", second)
+    assert job.restart_count == 1 and resumed and int(resumed.group(2)) >= 10, second
+    assert checksum.search(second).group(1) == expected.group(1)

@@ -71,7 +71,7 @@ class FakeNodes:
             raise error
         return [ContainerStarted(worker.index, f"container-{worker.index}") for worker in plan.workers]
 
-    async def launch(self, plan, sink, cursor=None, stopping=None):
+    async def launch(self, plan, sink, cursor=None, stopping=None, patience=None):
         self.launches += 1
         self.cursor = cursor
         async with sink:
@@ -246,7 +246,7 @@ def test_a_worker_lost_while_the_job_is_being_stopped_is_what_was_asked_for(node
     nodes.output = []
     original = nodes.launch
 
-    async def stop_then_launch(plan, sink, cursor=None, stopping=None):
+    async def stop_then_launch(plan, sink, cursor=None, stopping=None, patience=None):
         await sync_to_async(lambda: TrainingJob.objects.get(pk=plan.job_id).terminate())()
         stopping.set()
         return await original(plan, sink, cursor, stopping)
@@ -278,7 +278,7 @@ def test_a_run_whose_job_another_process_took_over_lets_go_without_ending_it(nod
     TrainingJob.objects.filter(pk=job.pk).update(run_owner="old:1:ab")
     TrainingJob.objects.get(pk=job.pk).start()
 
-    async def taken_over_meanwhile(plan, sink, cursor=None, stopping=None):
+    async def taken_over_meanwhile(plan, sink, cursor=None, stopping=None, patience=None):
         await sync_to_async(lambda: TrainingJob.objects.filter(pk=plan.job_id).update(run_owner="new:2:cd"))()
         await asyncio.sleep(5)
         raise AssertionError("the run should have let go")
@@ -497,7 +497,7 @@ def test_how_the_run_ended_is_kept_before_its_teardown(nodes, job):
 def test_a_job_stopped_while_it_runs_has_its_containers_ended_by_its_own_run_at_once(nodes, job, monkeypatch):
     stopped_at, ended_at = [], []
 
-    async def launch_until_the_containers_go(plan, sink, cursor=None, stopping=None):
+    async def launch_until_the_containers_go(plan, sink, cursor=None, stopping=None, patience=None):
         nodes.launches += 1
         await sync_to_async(lambda: TrainingJob.objects.get(pk=job.pk).terminate())()
         stopped_at.append(time.monotonic())

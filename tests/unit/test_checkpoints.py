@@ -1,0 +1,245 @@
+"""The checkpoint contract, the pure parts and the records: what a manifest may say, what the program's
+environment holds, the notice's limits in the form, the watch against a faked container, and the work an
+attempt lost. The real runs (a stop's notice, an auto restart that resumes) are in
+tests/integration/test_checkpoints.py."""
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.launch.checkpoint_contract import (
+    CHECKPOINT_DIR,
+    CheckpointClaim,
+    ManifestError,
+    checkpoint_variables,
+    claimed_files,
+    parse_manifest,
+)
+from jobs.launch.plan import KeyPair, SshTarget, WorkerValues, plan_job
+from jobs.models import Attempt, Checkpoint, JobEvent, JobStatus, LauncherDefaults
+from jobs.results.checkpoints import close_attempt, lost_work, lost_work_words, record_checkpoint, warn_checkpoint
+from jobs.runtime import checkpoints as runtime_checkpoints
+from jobs.runtime.checkpoints import CheckpointWatch
+from tests.unit.test_slurm_client import job_values
+
+
+def test_a_manifest_names_a_step_and_a_path_inside_the_checkpoint_folder():
+    assert parse_manifest('{"step": 1200, "path": "step-1200.pt", "time": "12:00"}') == \
+        CheckpointClaim(1200, "step-1200.pt", "12:00")
+    assert parse_manifest('{"step": 0, "path": "./runs/a/"}').path == "runs/a"
+    # The folder's own absolute path is taken as the same place.
+    assert parse_manifest(f'{{"step": 3, "path": "{CHECKPOINT_DIR}/step-3.npz"}}').path == "step-3.npz"
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("{not json", "is not valid JSON"),
+    ("[1, 2]", "is not a JSON object"),
+    ('{"step": -1, "path": "a"}', "step must be a whole number"),
+    ('{"step": true, "path": "a"}', "step must be a whole number"),
+    ('{"step": "5", "path": "a"}', "step must be a whole number"),
+    ('{"step": 5}', "path must name"),
+    ('{"step": 5, "path": "../../etc/passwd"}', "is not inside"),
+    ('{"step": 5, "path": "/etc/passwd"}', "is not inside"),
+    ('{"step": 5, "path": "a\\u001b[2Jb"}', "is not inside"),
+    ('{"step": 5, "path": "checkpoint.json"}', "names the manifest itself"),
+    ('{"step": 5, "path": "' + "a" * 5000 + '"}', "larger than 4096 bytes"),
+])
+def test_a_manifest_the_console_cannot_trust_is_refused_saying_why(text, words):
+    with pytest.raises(ManifestError, match=words.replace("(", r"\(").replace("[", r"\[")):
+        parse_manifest(text)
+
+
+def test_a_claim_is_the_file_it_names_or_every_file_under_the_folder_it_names_and_nothing_else():
+    found = {"checkpoints/step-3.pt": 10, "checkpoints/step-3.pt.tmp": 4, "checkpoints/sharded/0.bin": 5,
+             "checkpoints/sharded/1.bin": 6, "checkpoints/sharded-old/0.bin": 7, "log.txt": 1}
+    assert claimed_files(CheckpointClaim(3, "step-3.pt"), found) == {"checkpoints/step-3.pt": 10}
+    assert claimed_files(CheckpointClaim(3, "sharded"), found) == {"checkpoints/sharded/0.bin": 5,
+                                                                   "checkpoints/sharded/1.bin": 6}
+    with pytest.raises(ManifestError, match="step-4.pt, which is not in"):
+        claimed_files(CheckpointClaim(4, "step-4.pt"), found)
+
+
+def test_the_folder_and_the_resume_point_are_given_only_where_train_url_is_in_a_store_and_the_notice_where_asked():
+    assert checkpoint_variables(False, "", 0, "USR1") == {}
+    assert checkpoint_variables(False, "step-3.pt", 30, "USR2") == {"MA_CHECKPOINT_SIGNAL": "SIGUSR2",
+                                                                     "MA_CHECKPOINT_GRACE": "30"}
+    assert checkpoint_variables(True, "step-3.pt", 0, "USR1") == {
+        "MA_CHECKPOINT_DIR": CHECKPOINT_DIR, "MA_RESUME_FROM": f"{CHECKPOINT_DIR}/step-3.pt"}
+
+
+def plan_of(**values):
+    node = SshTarget("node-a", "10.0.0.1", 22, "root", "key")
+    workers = [WorkerValues(index=0, address="10.0.0.1", hostname="job-12-worker-0", node=node)]
+    keys = KeyPair("private", "public")
+    return plan_job(replace(job_values(), **values), workers, work_root="/srv/jobs", user="ma-user",
+                    preferred_uid=1000, client_key=keys, host_key=keys)
+
+
+def test_every_worker_of_a_resumed_attempt_gets_the_resume_point_and_the_plan_says_where_to_bring_it_from():
+    plan = plan_of(parameters=(("train_url", "obs://user-1-a/run/"),), resume_from="step-3.pt",
+                   resume_url="obs://user-1-a/run/checkpoints/step-3.pt", checkpoint_grace_seconds=20)
+    env = plan.workers[0].env
+    assert env["MA_CHECKPOINT_DIR"] == "/home/ma-user/modelarts/outputs/train_url_0/checkpoints"
+    assert env["MA_RESUME_FROM"] == "/home/ma-user/modelarts/outputs/train_url_0/checkpoints/step-3.pt"
+    assert (env["MA_CHECKPOINT_SIGNAL"], env["MA_CHECKPOINT_GRACE"]) == ("SIGUSR1", "20")
+    assert plan.keeps_checkpoints and plan.resume_url.endswith("checkpoints/step-3.pt")
+    assert plan.checkpoint_grace_seconds == 20
+
+    local = plan_of(parameters=(("train_url", "/home/ma-user/out"),), resume_from="step-3.pt", resume_url="x")
+    assert "MA_CHECKPOINT_DIR" not in local.workers[0].env and not local.resume_url and not local.keeps_checkpoints
+
+
+def test_lost_work_runs_from_the_last_checkpoint_or_the_start_on_every_node_and_gpu():
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert lost_work(start, start + timedelta(minutes=10), start + timedelta(minutes=7), 2, 8) == \
+        pytest.approx(type(lost_work(start, start, None, 1, 0))(180.0, 0.1, 0.8))
+    assert lost_work(start, start + timedelta(hours=1), None, 3, 0).node_hours == pytest.approx(3.0)
+    # A checkpoint of an earlier attempt (before this one started) saves this one nothing.
+    assert lost_work(start, start + timedelta(minutes=1), start - timedelta(hours=1), 1, 0).seconds == 60.0
+
+
+class FakeSync:
+    """OutputSync's side of the SSH boundary: what a listing finds, what an upload sends."""
+
+    def __init__(self, files: dict[str, int], uploads: bool = True):
+        self.files, self.uploads = files, uploads
+        self.target = SshTarget("worker-0", "10.0.0.1", 30000, "ma-user", "key")
+        self.train_url = "obs://user-1-a/run/"
+        self.found: dict[str, int] = {}
+        self.sent: dict[str, tuple[int, int]] = {}
+        self.failed: dict[str, str] = {}
+        self.syncs = 0
+
+    async def sync(self):
+        self.syncs += 1
+        self.found = dict(self.files)
+        if self.uploads:
+            self.sent = {path: (size, 1) for path, size in self.files.items()}
+
+
+def watch_with(monkeypatch, manifest: str | None, sync: FakeSync):
+    recorded, warned = [], []
+
+    async def read(_target):
+        return manifest
+
+    async def record(found):
+        recorded.append(found)
+
+    async def warn(reason):
+        warned.append(reason)
+
+    monkeypatch.setattr(runtime_checkpoints, "read_manifest", read)
+    return CheckpointWatch(sync, record, warn), recorded, warned  # type: ignore[arg-type]
+
+
+def test_a_new_manifest_is_uploaded_at_once_and_recorded_once_its_files_are_in_the_store(monkeypatch):
+    sync = FakeSync({"checkpoints/step-5.pt": 100, "checkpoints/checkpoint.json": 30})
+    watch, recorded, warned = watch_with(monkeypatch, '{"step": 5, "path": "step-5.pt"}', sync)
+    assert asyncio.run(watch.look()) is True
+    assert [(found.claim.step, found.url, found.size_bytes) for found in recorded] == [
+        (5, "obs://user-1-a/run/checkpoints/step-5.pt", 100)]
+    # The same manifest again is not a new checkpoint, and costs no upload.
+    assert asyncio.run(watch.look()) is False and sync.syncs == 1 and not warned
+
+
+def test_a_checkpoint_whose_upload_failed_is_not_recorded_until_it_is_in_the_store(monkeypatch):
+    sync = FakeSync({"checkpoints/step-5.pt": 100}, uploads=False)
+    watch, recorded, _ = watch_with(monkeypatch, '{"step": 5, "path": "step-5.pt"}', sync)
+    assert asyncio.run(watch.look()) is False and not recorded
+    sync.uploads = True
+    assert asyncio.run(watch.look()) is True and len(recorded) == 1
+
+
+@pytest.mark.parametrize(("manifest", "words"), [
+    ('{"step": 5, "path": "step-6.pt"}', "names step-6.pt, which is not in"),
+    ('{"step": 5, "path": "../secrets"}', "is not inside"),
+    ("half a manif", "is not valid JSON"),
+])
+def test_a_manifest_naming_a_missing_file_or_a_place_outside_is_warned_of_once_and_never_recorded(
+        monkeypatch, manifest, words):
+    sync = FakeSync({"checkpoints/step-5.pt": 100})
+    watch, recorded, warned = watch_with(monkeypatch, manifest, sync)
+    assert asyncio.run(watch.look()) is False
+    assert asyncio.run(watch.look()) is False
+    assert not recorded and len(warned) == 1 and words in warned[0]
+
+
+def test_no_manifest_is_no_checkpoint_and_no_warning(monkeypatch):
+    watch, recorded, warned = watch_with(monkeypatch, None, FakeSync({}))
+    assert asyncio.run(watch.look()) is False and not recorded and not warned
+
+
+@pytest.mark.django_db
+def test_a_checkpoint_after_the_notice_says_how_long_it_took_and_the_ended_attempt_counts_only_what_followed_it(make_job):
+    job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(minutes=10),
+                   notice_sent_at=timezone.now() - timedelta(seconds=4))
+    record_checkpoint(job.pk, CheckpointClaim(1200, "step-1200.pt"), "obs://b/run/checkpoints/step-1200.pt", 2048, 1)
+    checkpoint = Checkpoint.objects.get(job=job)
+    assert checkpoint.attempt == 1 and 3.5 < checkpoint.after_notice_seconds < 30
+    assert JobEvent.objects.filter(job=job, kind="checkpoint", message__contains="step 1,200").exists()
+    assert "s after the notice" in JobEvent.objects.get(job=job, kind="checkpoint").message
+
+    attempt = close_attempt(job.pk, "stopped")
+    assert attempt is not None and attempt.last_checkpoint_step == 1200 and attempt.lost_seconds < 30
+    assert close_attempt(job.pk, "again") == attempt  # once an attempt
+    assert "attempt 1 lost" in lost_work_words(attempt) and "step 1,200" in lost_work_words(attempt)
+
+
+@pytest.mark.django_db
+def test_an_attempt_without_a_checkpoint_lost_all_of_it(make_job):
+    job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(hours=1), node_count=2)
+    attempt = close_attempt(job.pk, "failed")
+    assert attempt is not None and attempt.last_checkpoint_step is None
+    assert attempt.lost_node_hours == pytest.approx(2.0, rel=0.01)
+    assert "no checkpoint" in lost_work_words(attempt)
+    assert close_attempt(make_job(name="queued").pk, "never ran") is None
+    assert Attempt.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_warnings_of_untrusted_manifests_are_kept_a_few_times_an_attempt(make_job):
+    job = make_job(status=JobStatus.RUNNING)
+    for _ in range(30):
+        warn_checkpoint(job.pk, "checkpoint.json is not valid JSON")
+    assert JobEvent.objects.filter(job=job, kind="checkpoint-ignored").count() == 20
+
+
+@pytest.mark.django_db
+def test_a_rebuild_resumes_from_the_newest_checkpoint_of_its_source_and_its_own_come_first_once_made(make_job,
+                                                                                                       stranger):
+    source = make_job(name="source")
+    Checkpoint.objects.create(job=source, attempt=1, step=3, path="step-3.pt", url="obs://b/r/checkpoints/step-3.pt",
+                              size_bytes=1, file_count=1, saved_at=timezone.now() - timedelta(minutes=5))
+    rebuilt = make_job(name="rebuilt", resume_source=source, owner=source.owner)
+    assert rebuilt.launch_values().resume_from == "step-3.pt"
+    Checkpoint.objects.create(job=rebuilt, attempt=1, step=9, path="step-9.pt", url="obs://b/r/checkpoints/step-9.pt",
+                              size_bytes=1, file_count=1, saved_at=timezone.now())
+    assert rebuilt.launch_values().resume_url == "obs://b/r/checkpoints/step-9.pt"
+    # Another user's job is never a resume point, whatever its id.
+    strangers = make_job(name="strangers", resume_source=source, owner=stranger)
+    assert strangers.launch_values().resume_from == ""
+
+
+@pytest.mark.django_db
+def test_the_form_refuses_a_notice_above_the_administrators_maximum_and_a_resume_from_a_job_without_checkpoints(
+        make_job):
+    from tests.unit.test_forms import page_post
+
+    defaults = LauncherDefaults.current()
+    defaults.checkpoint_grace_max_seconds = 60
+    defaults.save()
+    job = make_job()
+    owner = job.owner
+    from jobs.submission.forms import TrainingJobForm
+
+    catalog = {"engine": job.engine_version, "spec": job.spec, "code_dir": job.code_dir}
+    form = TrainingJobForm(page_post(catalog, checkpoint_grace_seconds="61", checkpoint_signal="KILL",
+                                     resume_from_job=str(job.pk)), user=owner)
+    assert not form.is_valid()
+    assert form.errors["checkpoint_grace_seconds"] == ["The administrator allows at most 60 s of notice before a stop."]
+    assert "checkpoint_signal" in form.errors
+    assert form.errors["resume_from_job"] == [f"Job {job.pk} saved no checkpoint to resume from."]
