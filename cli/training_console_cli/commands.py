@@ -19,7 +19,8 @@ SUBMIT_FLAGS = (("--name", "name", str), ("--description", "description", str), 
                 ("--boot-file", "boot_file", str), ("--spec", "spec", str), ("--pool", "pool", str),
                 ("--nodes", "node_count", int), ("--data-url", "data_url", str), ("--train-url", "train_url", str),
                 ("--extra-args", "extra_args", str), ("--auto-stop-hours", "auto_stop_hours", int),
-                ("--watchdog-seconds", "watchdog_seconds", int))
+                ("--watchdog-seconds", "watchdog_seconds", int),
+                ("--checkpoint-grace", "checkpoint_grace_seconds", int))
 
 
 def client_of(args) -> Client:
@@ -50,6 +51,14 @@ def print_job(job: dict, as_json: bool) -> None:
             ("engine", engine), ("code", f"{job.get('code_dir')} / {job.get('boot_file')}"),
             ("spec", f"{job.get('spec')} x {job.get('node_count')} node(s)"), ("exit code", job.get("exit_code")),
             ("waiting", job.get("waiting_reason")), ("command", job.get("command"))]
+    checkpoints = job.get("checkpoints") or []
+    if checkpoints:
+        newest = checkpoints[0]
+        rows.append(("checkpoint", f"step {newest['step']} ({newest['path']}, attempt {newest['attempt']}), "
+                                   f"{len(checkpoints)} in all"))
+    for attempt in job.get("attempts") or []:
+        rows.append((f"attempt {attempt['number']}", f"lost {attempt['lost_seconds']:.0f} s, "
+                                                      f"{attempt['lost_node_hours']:.2f} node-h"))
     for label, value in rows:
         if value not in (None, ""):
             print(f"{label:>10}: {value}")
@@ -159,6 +168,8 @@ def cmd_rebuild(args) -> int:
     body = submission_of(detail, writable_fields(client))
     if args.name:
         body["name"] = args.name
+    if args.resume:  # start from the old job's newest checkpoint (MA_RESUME_FROM)
+        body["resume_from_job"] = detail["id"]
     return submitted(client, client.submit(body), args)
 
 

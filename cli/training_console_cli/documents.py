@@ -16,7 +16,7 @@ from .errors import BadInput
 READ_ONLY_FIELDS = {"id", "owner", "status", "status_message", "spec_display", "command_template", "command",
                     "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                     "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason",
-                    "restart_count"}
+                    "restart_count", "slurm", "checkpoints", "attempts"}
 SKIPPED_IN_CODE = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 MPIRUN_LINE_PREFIX = "[mpirun] "
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"

@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
         else:
             found.add_argument("job", help="the job's id or name")
             found.add_argument("--name", help="a name for the copy")
+            found.add_argument("--resume", action="store_true",
+                               help="start from the job's newest checkpoint (MA_RESUME_FROM)")
         found.add_argument("--follow", action="store_true",
                            help="then follow its log; the exit code is the job's")
 

@@ -249,8 +249,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         "A job of a Slurm pool: its Slurm job, what Slurm says of it, and slurmdbd's accounting once it ended."))
     final_metrics = serializers.DictField(child=serializers.FloatField(), read_only=True,
                                           help_text="Each metric's last value read from the log.")
-    resume_from_job = serializers.IntegerField(source="resume_source_id", required=False, allow_null=True, min_value=1,
-                                               help_text=("Start from the newest checkpoint of this job of yours (a "
+    resume_from_job = serializers.IntegerField(source="resume_source_id", required=False, allow_null=True,
+                                               min_value=1, max_value=2**63 - 1, help_text=("Start from the newest checkpoint of this job of yours (a "
                                                           "Rebuild that resumes): it gets MA_RESUME_FROM."))
     checkpoints = CheckpointSerializer(many=True, read_only=True, help_text=(
         "The checkpoints its program saved (MA_CHECKPOINT_DIR's manifest), newest first."))

@@ -163,7 +163,7 @@ class TrainingJobForm(forms.Form):
     checkpoint_grace_seconds = forms.IntegerField(min_value=0, max_value=86400, required=False)
     checkpoint_signal = forms.ChoiceField(choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS], required=False)
     # Rebuild's "resume from the last checkpoint": the job (the user's own) whose newest checkpoint this one starts from.
-    resume_from_job = forms.IntegerField(min_value=1, required=False)
+    resume_from_job = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)

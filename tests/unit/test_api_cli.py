@@ -57,6 +57,8 @@ def test_a_rebuild_sends_the_writable_fields_only():
     detail = {"id": 1, "name": "a", "status": "Failed", "workers": [], "engine": "MPI", "pool": None}
     assert submission_of(detail, {"name", "engine", "pool"}) == {"name": "a", "engine": "MPI", "pool": None}
     assert submission_of(detail, None) == {"name": "a", "engine": "MPI", "pool": None}
+    kept = {**detail, "checkpoints": [{"step": 3}], "attempts": [{"number": 1}], "checkpoint_grace_seconds": 20}
+    assert submission_of(kept, None) == {"name": "a", "engine": "MPI", "pool": None, "checkpoint_grace_seconds": 20}
 
 
 def test_log_lines_are_shown_as_the_consoles_files_show_them_with_controls_made_visible():

@@ -4,6 +4,7 @@ attempt lost. The real runs (a stop's notice, an auto restart that resumes) are 
 tests/integration/test_checkpoints.py."""
 
 import asyncio
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -243,3 +244,50 @@ def test_the_form_refuses_a_notice_above_the_administrators_maximum_and_a_resume
     assert form.errors["checkpoint_grace_seconds"] == ["The administrator allows at most 60 s of notice before a stop."]
     assert "checkpoint_signal" in form.errors
     assert form.errors["resume_from_job"] == [f"Job {job.pk} saved no checkpoint to resume from."]
+
+
+@pytest.mark.django_db
+def test_the_page_says_where_the_notice_was_refused_and_a_jobs_page_shows_its_checkpoints_and_lost_work(
+        make_job, owner, tmp_path):
+    from jobs.code_dirs.service import register
+    from tests.unit.test_pages import browser_of
+
+    (tmp_path / "train.py").write_text("")
+    job = make_job(code_dir=register("mnist", tmp_path, sharing="everyone"), status=JobStatus.RUNNING,
+                   started_at=timezone.now() - timedelta(minutes=5), owner=owner)
+    pages = browser_of(owner)
+    page = pages.post("/jobs/new", {
+        "name": "noticed", "engine": job.engine_version.pk, "code_dir": job.code_dir.pk, "boot_file": "train.py",
+        "spec": job.spec.pk, "node_count": "1", "checkpoint_grace_seconds": "100000"}).content.decode()
+    assert "Ensure this value is less than or equal to 86400." in page
+    assert re.search(r'id="id_checkpoint_grace_seconds"[^>]*value="100000"', page), "what was typed is kept"
+
+    record_checkpoint(job.pk, CheckpointClaim(40, "step-40.npz"), "obs://b/r/checkpoints/step-40.npz", 4096, 1)
+    warn_checkpoint(job.pk, "checkpoint.json: path '../x' is not inside the folder")
+    close_attempt(job.pk, "stopped")
+    shown = pages.get(f"/jobs/{job.pk}").content.decode()
+    assert 'data-step="40"' in shown and "step-40.npz" in shown
+    assert "attempt 1 lost" in shown and "since its checkpoint at step 40" in shown
+    assert "is not inside the folder" in shown
+    rebuild = pages.get(f"/jobs/{job.pk}/rebuild").content.decode()
+    assert f'name="resume_from_job" value="{job.pk}"' in rebuild
+
+
+@pytest.mark.django_db
+def test_an_administrator_reads_the_lost_work_summed_by_user_and_by_pool_and_cannot_edit_it(make_job, stranger):
+    from django.test import Client
+
+    from tests.fixtures import person
+
+    for owner, minutes in ((None, 60), (stranger, 30)):
+        job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(minutes=minutes), node_count=2,
+                       **({"owner": owner} if owner else {}))
+        close_attempt(job.pk, "failed")
+    client = Client()
+    client.force_login(person("root-admin", is_staff=True, is_superuser=True))
+    page = client.get("/admin/jobs/attempt/").content.decode()
+    assert "Lost work by user" in page and "Lost work by pool" in page
+    assert re.search(r"<td>owner</td><td>1</td><td>2\.0\d</td>", page), page
+    assert re.search(r"<td>stranger</td><td>1</td><td>1\.0\d</td>", page)
+    attempt = Attempt.objects.first()
+    assert client.post(f"/admin/jobs/attempt/{attempt.pk}/change/", {"lost_seconds": 0}).status_code == 403
