@@ -24,6 +24,7 @@ from jobs.launch.data_paths import INPUTS_DIR
 from jobs.launch.plan import JobPlan, WorkerPlan
 
 CONTAINER_HOME = "/home/ma-user"
+CACHE_DIR = "/cache"
 JOB_UID = 1000
 LABEL = "training-console.job"
 WORKDIR_LABEL = "training-console.workdir"
@@ -60,6 +61,8 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
              "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
              "--security-opt", f"seccomp={seccomp_path(worker)}",
              "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
+             # The job's local disk, as the reference gives it at /cache (prepare-workdir.sh).
+             "--volume", f"{worker.workdir}/cache:{CACHE_DIR}:rw,nosuid,nodev",
              "--workdir", CONTAINER_HOME]
     if plan.stages_inputs:
         # Root's files, fetched before the start (jobs.runtime.data_in): the job reads them, never changes them.

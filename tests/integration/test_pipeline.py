@@ -73,6 +73,7 @@ def test_a_tricky_parameter_and_variable_reach_every_rank_byte_for_byte(api, con
         assert report["env"]["MA_NUM_HOSTS"] == "2"
         assert report["cwd"] == "/home/ma-user/user-job-dir/probe-tricky"
         assert report["user"] != 0, "job processes must not run as root"
+        assert report["cache_writable"], "/cache is the job's own local disk"
         assert report["allreduce"] == sum(range(1, 2 * CLUSTER_SLOTS + 1))
     # Each worker keeps its own index: the tune file does not carry VC_TASK_INDEX.
     by_host = {report["host"]: report["env"]["VC_TASK_INDEX"] for report in reports}

@@ -46,7 +46,9 @@ def test_a_worker_container_gets_the_specs_limits_the_jobs_names_and_no_privileg
     assert value("--pids-limit") == str(pids_limit_for(job.spec.cpu_cores, job.spec.processes_per_node))
     assert int(value("--pids-limit")) < 32768 // 4, "a share of the node's PIDs, not all of them"
     assert f"training-console.disk-limit={job.spec.disk_gb * 1024**3}" in argv
-    assert value("--volume") == f"/srv/jobs/{job.dns_name}/worker-1/home:/home/ma-user:rw,nosuid,nodev"
+    volumes = [argv[index + 1] for index, word in enumerate(argv) if word == "--volume"]
+    assert volumes == [f"/srv/jobs/{job.dns_name}/worker-1/home:/home/ma-user:rw,nosuid,nodev",
+                       f"/srv/jobs/{job.dns_name}/worker-1/cache:/cache:rw,nosuid,nodev"], "home, and /cache as on the reference"
     assert argv[-6:] == ["localhost/training-console/mpi:test", "/usr/sbin/sshd", "-D", "-e", "-f",
                          "/home/ma-user/.sshd/sshd_config"]
     assert "--device" not in argv, "a CPU spec gets no GPU"

@@ -13,8 +13,11 @@ if [ "$step" != own ]; then
 # What an earlier attempt of the job left here (a teardown that could not reach the node) must not pass
 # for this one's: its run folder (root's, beside home: see run-mpirun.sh) would make mpirun's start a
 # no-op. rm does not follow the links in them.
-rm -rf home run
+rm -rf home run cache
 mkdir -p home/user-job-dir
+# The job's local disk, /cache in the container as on the reference (its node's SSD): counted against the
+# spec's disk limit with home (worker-usage.sh), gone with the worker's folder at the teardown.
+mkdir -p cache
 tar --no-same-owner --no-same-permissions -xf bundle.tar
 tar --no-same-owner --no-same-permissions -xf code.tar -C home/user-job-dir
 # Where each rank's fork agent records how the rank ended (see rank-agent.sh).
@@ -33,6 +36,8 @@ chmod 700 home/.ssh home/.sshd
 chmod 600 home/.ssh/* home/.sshd/ssh_host_ed25519_key
 chmod 755 home/.mpi/rank-agent.sh
 chown -R "$uid:$uid" home
+chmod 700 cache
+chown "$uid:$uid" cache
 # The job's keys and code are for its container alone: other accounts of the node may not list the work
 # directory, and home is the job uid's only (the teardown reads the rank records as that uid, through it).
 chmod 711 "$workdir"

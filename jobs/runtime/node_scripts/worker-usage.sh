@@ -54,6 +54,7 @@ echo "cpu_ns=${cpu:-} mem=${mem:-} limit=${limit:-}"
 # probe the console waits on. Root counts as root: no link the job plants is followed (-P is du's default).
 if [ -n "$disk_limit" ] && [ -d "$home" ]; then
     set -- "$home"
+    [ -d "${home%/*}/cache" ] && set -- "$@" "${home%/*}/cache"
     [ -n "$upper" ] && [ -d "$upper" ] && set -- "$@" "$upper"
     # Only the total line, which a du cut short never prints (the paths given are absolute, never "total").
     disk=$(timeout 2 du -scxB1 "$@" 2>/dev/null | awk -F '\t' '$2 == "total" { print $1 }' | tr -cd '0-9')

@@ -15,6 +15,18 @@ options = dict(arg[2:].split("=", 1) for arg in args if arg.startswith("--") and
 
 shown = [name for name in options.get("show_env", "").split(",") if name]
 total = comm.allreduce(rank + 1)
+
+
+def cache_writable() -> bool:
+    """The platform's local disk for the job (/cache, as on the reference): the job's user writes there."""
+    try:
+        with open(f"/cache/probe-{rank}", "w") as probe:
+            probe.write("x")
+        return os.stat("/cache").st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 print("PROBE " + json.dumps({
     "rank": rank,
     "size": comm.Get_size(),
@@ -24,6 +36,7 @@ print("PROBE " + json.dumps({
     "argv": args,
     "env": {name: os.environ.get(name) for name in shown},
     "allreduce": total,
+    "cache_writable": cache_writable(),
 }), flush=True)
 
 for number in range(int(options.get("count", "0"))):
