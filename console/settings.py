@@ -355,6 +355,10 @@ NODE_CACHE_GB = env_int("NODE_CACHE_GB", 20, minimum=0)
 OUTPUT_SYNC_SECONDS = env_int("OUTPUT_SYNC_SECONDS", 60, minimum=1)
 # The most a stop waits for that last upload before it ends the containers.
 OUTPUT_FINAL_SYNC_SECONDS = env_int("OUTPUT_FINAL_SYNC_SECONDS", 300, minimum=5)
+# A rank that ended on its own, not as 0, while the others go on (a rank that raised while the others wait in
+# a collective) is said on the job's page at once; if the job has not ended this many seconds later, its
+# containers are ended and it fails with that rank's card (0: never).
+RANK_EXIT_GRACE_SECONDS = float(env_int("RANK_EXIT_GRACE_SECONDS", 60, minimum=0))
 # How often worker-0's container is asked whether the program wrote a new checkpoint manifest (one that did
 # is uploaded and recorded at once: a lost worker then loses no more than the program's own interval).
 CHECKPOINT_LOOK_SECONDS = float(env_int("CHECKPOINT_LOOK_SECONDS", 5, minimum=1))

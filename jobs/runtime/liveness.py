@@ -34,6 +34,8 @@ PROBE_TIMEOUT_SECONDS = 5.0
 # The lost workers (index: why), and those of them whose node does not answer (not worth asking again now).
 LostCallback = Callable[[dict[int, str], frozenset[int]], Awaitable[None]]
 UsageCallback = Callable[[dict[int, "Usage"]], Awaitable[None]]
+# The ranks that ended on their own, not as 0, while the job runs (rank: how it ended).
+RankEndCallback = Callable[[dict[int, "RankEnd"]], Awaitable[None]]
 USAGE_SCRIPT = (NODE_SCRIPTS / "worker-usage.sh").read_text()
 
 
@@ -70,6 +72,36 @@ def past_disk_limit(usage: Usage, reserve_bytes: int) -> str:
 
 
 @dataclass(frozen=True)
+class RankEnd:
+    """A rank that ended on its own, not as 0 (its agent's record: "ended with exit code 1", "ended on signal 11"),
+    or that raised and printed nothing since (its log: "raised PermissionError: ...")."""
+
+    rank: int
+    worker: int
+    how: str
+    at: float  # when, in seconds since the epoch (the record's time)
+
+
+def read_rank_ends(text: str, worker: int) -> list[RankEnd]:
+    """worker-usage.sh's "rank-ended rank=N exit=C at=T" lines (the job's own claim: read as such)."""
+    found = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0] != "rank-ended":
+            continue
+        fields = dict(word.partition("=")[::2] for word in words[1:])
+        rank, at = fields.get("rank", ""), fields.get("at", "")
+        code, signal = fields.get("exit", ""), fields.get("signal", "")
+        if not (rank.isascii() and rank.isdigit() and len(rank) < 8 and at.isascii() and at.isdigit() and len(at) < 12):
+            continue
+        if code.isascii() and code.isdigit() and 0 < int(code) < 256:
+            found.append(RankEnd(int(rank), worker, f"ended with exit code {int(code)}", float(at)))
+        elif signal.isascii() and signal.isdigit() and 0 < int(signal) < 65:
+            found.append(RankEnd(int(rank), worker, f"ended on signal {int(signal)}", float(at)))
+    return found
+
+
+@dataclass(frozen=True)
 class Probe:
     """One look at one worker: its container runs (and what it uses), is gone, or its node could not be asked."""
 
@@ -80,6 +112,7 @@ class Probe:
     usage: Usage | None = None
     # Why the worker is ended though it runs (its disk), "" when it is not.
     over_limit: str = ""
+    rank_ends: tuple[RankEnd, ...] = ()
 
 
 # A cgroup v1 memory limit of "none" is the largest page-aligned number; anything past 1 EiB is no limit.
@@ -92,6 +125,8 @@ def read_usage(text: str) -> tuple[str, Usage | None]:
     state = lines[0].removeprefix("state=") if lines and lines[0].startswith("state=") else "error " + text[:200]
     fields: dict[str, str] = {}
     for line in lines[1:]:
+        if line.startswith("rank-ended "):
+            continue  # read_rank_ends
         for word in line.split():
             key, _, value = word.partition("=")
             fields[key] = value
@@ -120,10 +155,11 @@ def gpu_indices(devices: tuple[str, ...]) -> str:
 class WorkerWatch:
     def __init__(self, workers: list[WorkerPlan], on_lost: LostCallback, *,
                  interval: float | None = None, lost_after: float | None = None,
-                 on_usage: UsageCallback | None = None):
+                 on_usage: UsageCallback | None = None, on_rank_end: RankEndCallback | None = None):
         self.workers = workers
         self.on_lost = on_lost
         self.on_usage = on_usage
+        self.on_rank_end = on_rank_end
         self.interval = interval if interval is not None else settings.WORKER_PROBE_SECONDS
         self.lost_after = lost_after if lost_after is not None else settings.NODE_LOST_SECONDS
         self.disk_reserve_bytes = int(settings.NODE_DISK_RESERVE_GB * 1024**3)
@@ -141,6 +177,9 @@ class WorkerWatch:
                 probes = await asyncio.gather(*(self.probe(worker) for worker in self.workers))
                 if self.on_usage is not None:
                     await self.on_usage({probe.index: probe.usage for probe in probes if probe.usage})
+                ended = {end.rank: end for probe in probes for end in probe.rank_ends}
+                if ended and self.on_rank_end is not None:
+                    await self.on_rank_end(ended)
                 lost = self.judge(probes, asked_at, time.monotonic())
                 if lost:
                     await self.on_lost(lost, frozenset(self.unreachable))
@@ -197,7 +236,8 @@ class WorkerWatch:
         state, usage = read_usage(str(result.stdout or ""))
         if state == "running":
             over_limit = past_disk_limit(usage, self.disk_reserve_bytes) if usage else ""
-            return Probe(worker.index, running=True, usage=usage, over_limit=over_limit)
+            return Probe(worker.index, running=True, usage=usage, over_limit=over_limit,
+                         rank_ends=tuple(read_rank_ends(str(result.stdout or ""), worker.index)))
         if state == "stopped":
             return Probe(worker.index, gone=f"its container {worker.container_name} has stopped")
         if state == "gone":

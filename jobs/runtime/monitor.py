@@ -62,13 +62,22 @@ class StopRequest:
 
 
 StopCallback = Callable[[str, str], Coroutine[Any, Any, None]]
+# A rank that printed a Python traceback's last line (rank, that line, when) and nothing since.
+RaisedCallback = Callable[[int, str, datetime], Coroutine[Any, Any, None]]
+TRACEBACK_START = "Traceback (most recent call last):"
 
 
 class RunMonitor:
     def __init__(self, job_id: int, rank_workers: Sequence[int], node_names: dict[int, str],
                  request_stop: StopCallback, started: datetime | None = None,
-                 not_running: asyncio.Event | None = None):
+                 not_running: asyncio.Event | None = None, on_raised: RaisedCallback | None = None):
         self.job_id = job_id
+        self.on_raised = on_raised
+        # Ranks inside a traceback they print, then those that printed its last line and nothing since (rank:
+        # that line, when); new ones wait in `raised_news` for the event loop (a deque, as `fed` is).
+        self.in_traceback: set[int] = set()
+        self.raised: dict[int, tuple[str, datetime]] = {}
+        self.raised_news: deque[tuple[int, str, datetime]] = deque()
         self.rank_workers = rank_workers
         self.node_names = node_names
         self.request_stop = request_stop
@@ -96,6 +105,8 @@ class RunMonitor:
                 request = None
             if self.not_running is not None and self.status != JobStatus.RUNNING:
                 self.not_running.set()
+            while self.raised_news and self.on_raised is not None:
+                await self.on_raised(*self.raised_news.popleft())
             if request and self.stop_task is None:
                 # Its own task: the teardown it starts must not be cut short when the monitor is cancelled.
                 self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
@@ -181,6 +192,7 @@ class RunMonitor:
             if rank is None or line.stream == LogStream.SYSTEM:
                 continue
             ranks.append(line)
+            self._follow_traceback(rank, line)
             if line.at > self.last_heard.get(rank, line.at - timedelta(seconds=1)):
                 self.last_heard[rank] = line.at
             self.last_text[rank] = line.text[:300]
@@ -189,6 +201,23 @@ class RunMonitor:
             line = ranks[index]
             points.extend(MetricPoint(job_id=self.job_id, name=point.name, rank=line.rank, step=point.step,
                                       value=point.value, at=line.at, seq=line.seq) for point in found)
+
+    def _follow_traceback(self, rank: int, line: StoredLogLine) -> None:
+        """A Python traceback in a rank's stderr: its last line (the exception) marks the rank as having raised,
+        until it prints anything else (a program that caught it and went on)."""
+        self.raised.pop(rank, None)
+        if line.stream != LogStream.STDERR:
+            return
+        if line.text.startswith(TRACEBACK_START):
+            self.in_traceback.add(rank)
+        elif rank in self.in_traceback and line.text[:1] not in (" ", "\t", ""):
+            self.in_traceback.discard(rank)
+            self.raised[rank] = (line.text[:300], line.at)
+            self.raised_news.append((rank, line.text[:300], line.at))
+
+    def still_raised(self, rank: int) -> bool:
+        """Whether the rank printed nothing since the traceback it was last seen to raise."""
+        return rank in self.raised
 
     def _store_points(self, points: list[MetricPoint]) -> None:
         with transaction.atomic():

@@ -19,7 +19,9 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable
+from datetime import UTC, datetime
 from typing import TypeVar, cast
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -41,32 +43,20 @@ from jobs.models import (
     WorkerState,
     workers_launch_values,
 )
-from jobs.object_store.client import StoreError
-from jobs.object_store.urls import ObjectUrlError
-from jobs.results.checkpoints import claim_notice, last_claim, note_notice, record_checkpoint, warn_checkpoint
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
-from jobs.runtime.checkpoints import CheckpointWatch, FoundCheckpoint, signal_ranks
-from jobs.runtime.data_in import (
-    OUTPUTS_TARGET,
-    PREDOWNLOADED_MTIME_NS,
-    Download,
-    Staging,
-    checkpoint_downloads,
-    input_downloads,
-    output_downloads,
-)
-from jobs.runtime.data_out import OutputSync, describe_reach_error, output_reach, store_destination
+from jobs.runtime.data_out import store_destination
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import STOP_GRACE_SECONDS, LaunchCursor, launch
-from jobs.runtime.liveness import WorkerWatch
+from jobs.runtime.liveness import RankEnd, WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.network_policy import ALLOWED_DESTINATIONS, allowed_destinations
 from jobs.runtime.outputs import collect_outputs
 from jobs.runtime.ownership import followed_by_a_live_run
 from jobs.runtime.preparation import prepare_all
 from jobs.runtime.resources import ResourceRecorder
+from jobs.runtime.run_data import RunData, in_database, job_event
 from jobs.runtime.ssh import NodeError
 from jobs.runtime.teardown import TeardownResult, teardown_all
 from jobs.secret_box import seal_secret
@@ -76,8 +66,6 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 5.0
 # The steps of a worker's preparation that the job's events list, as the reference's events tab does.
 WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
-# How often a notice's grace looks for the checkpoint it asked for.
-CHECKPOINT_NOTICE_LOOK_SECONDS = 1.0
 # How often the preparation looks whether the job was stopped meanwhile.
 STOP_POLL_SECONDS = 1.0
 
@@ -109,10 +97,6 @@ def _set_worker(job_id: int, index: int, state: str, message: str) -> None:
         JobEvent.objects.create(job_id=job_id, kind=WORKER_EVENTS[state], message=message)
 
 
-def _event(job_id: int, kind: str, message: str) -> None:
-    JobEvent.objects.create(job_id=job_id, kind=kind, message=message)
-
-
 def _touch_heartbeat(job_id: int, owner: str = "") -> bool:
     """Beat for the run; False once another process has taken the run over."""
     jobs = TrainingJob.objects.filter(pk=job_id)
@@ -142,10 +126,6 @@ def _status(job_id: int) -> str:
     return TrainingJob.objects.values_list("status", flat=True).get(pk=job_id)
 
 
-# The pauses between the tries of a job's last upload (within OUTPUT_FINAL_SYNC_SECONDS).
-FINAL_UPLOAD_PAUSES = (2.0, 5.0)
-
-
 def _has_object_outputs(job_id: int) -> bool:
     return bool(object_url_of(TrainingJob.objects.get(pk=job_id).parameter_pairs(), "train_url"))
 
@@ -160,15 +140,11 @@ def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, in
     return train_url, container_path(train_url, working_dir), limit, job.status == JobStatus.RUNNING
 
 
-async def in_database(function: Callable[..., T], *args: object) -> T:
-    """Run a database step in this run's own thread (see the module's docstring)."""
-    return await sync_to_async(function)(*args)
-
-
-class JobRun:
+class JobRun(RunData):
     """The async part of a job's run. Database work goes through sync_to_async, in the job's order."""
 
     def __init__(self, plan: JobPlan, owner: str = ""):
+        super().__init__()
         self.plan = plan
         self.job_id = plan.job_id
         self.owner = owner
@@ -186,13 +162,18 @@ class JobRun:
         self.ending_containers: asyncio.Task[list[TeardownResult]] | None = None
         # The workers whose node stopped answering mid-run: no teardown waits on them.
         self.unreachable: frozenset[int] = frozenset()
-        # The uploads of an object-store train_url (None: the job has none, or it is not known yet).
-        self.output_sync: OutputSync | None = None
-        # The program's checkpoints, read from its manifest (None: its train_url is not in an object store).
-        self.checkpoint_watch: CheckpointWatch | None = None
         # A stop the console carries out (a user's, auto stop, the watchdog): the notice, the last upload and the
         # containers' end, once, whoever asks first.
         self.ending_after_notice: asyncio.Task[None] | None = None
+        # Ranks that ended on their own, not as 0, while the others went on (a rank that raised while the others
+        # wait in a collective: mpi4py finalizes rather than aborts), and the wait before the job is failed.
+        self.ended_ranks: dict[int, RankEnd] = {}
+        self.failing_for_rank_end: asyncio.Task[None] | None = None
+        # Of those, the ones seen raising in their log (they count only while they print nothing more).
+        self.raised_ranks: set[int] = set()
+        self.monitor: RunMonitor | None = None
+        # The run itself ended the containers for such a rank (why, in words): their going is not a lost worker.
+        self.ended_for_rank_end = ""
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         await in_database(service_line, self.job_id, text, worker_index)
@@ -237,7 +218,7 @@ class JobRun:
                 await self.say("Ending the job, as the console process that saw its run end was doing")
             elif resume:
                 await self.say("Following the job again after the console process that ran it went away")
-                await in_database(_event, self.job_id, "resumed",
+                await in_database(job_event, self.job_id, "resumed",
                                   "Taken up by another console process; the run went on meanwhile")
                 exit_code = await self.launch_watched(cursor)
                 outcome, message = self.outcome_of(exit_code)
@@ -298,6 +279,8 @@ class JobRun:
 
     def outcome_of(self, exit_code: int | None) -> tuple[str, str]:
         """The run's outcome once mpirun is over: a lost worker fails the job whatever mpirun said, but a 0."""
+        if self.ended_for_rank_end and exit_code != 0:
+            return RunOutcome.FAILED, self.ended_for_rank_end[0].upper() + self.ended_for_rank_end[1:]
         if self.lost and exit_code != 0:
             index = min(self.lost)
             node = self.plan.node_names().get(index, "")
@@ -331,11 +314,11 @@ class JobRun:
 
     async def launch_watched(self, cursor: LaunchCursor | None = None) -> int | None:
         """The launch, with the monitor and the worker watch beside it for as long as it runs."""
-        monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(), self.stop_from_console,
-                             not_running=self.stopping)
+        monitor = self.monitor = RunMonitor(self.job_id, self.plan.rank_workers, self.plan.node_names(),
+                                            self.stop_from_console, not_running=self.stopping, on_raised=self.rank_raised)
         watching = asyncio.create_task(monitor.run())
         recorder = ResourceRecorder(self.job_id)
-        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=recorder.take)
+        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=recorder.take, on_rank_end=self.rank_ended)
         # A sample at the launch and one at the end: a job shorter than the sampling interval is not one dot.
         workers = asyncio.create_task(recorder.follow(watch))
         stop = asyncio.create_task(self.carry_out_the_stop())
@@ -346,7 +329,8 @@ class JobRun:
             # A stop waits out the job's notice before it ends mpirun: the follow waits as long for its end.
             exit_code = await launch(self.plan, sink, cursor, self.stopping,
                                      patience=STOP_GRACE_SECONDS + self.plan.checkpoint_grace_seconds)
-            if exit_code != 0 and not self.lost and await in_database(_status, self.job_id) == JobStatus.RUNNING:
+            if exit_code != 0 and not self.lost and not self.ended_for_rank_end and \
+                    await in_database(_status, self.job_id) == JobStatus.RUNNING:
                 # mpirun may fail for a worker it lost before the watch's next look: one more look says so.
                 workers.cancel()
                 await asyncio.gather(workers, return_exceptions=True)
@@ -359,10 +343,11 @@ class JobRun:
             checkpoints.cancel()
             # mpirun is over (the ranks ended on the notice, or at the end of its grace): what is left of the
             # notice is moot, and the last upload is the end's (collect_outputs) whoever had begun it.
-            noticing = self.ending_after_notice
-            if noticing is not None and not noticing.done():
-                noticing.cancel()
-            await asyncio.gather(workers, stop, syncing, checkpoints, *([noticing] if noticing else []),
+            noticing, failing = self.ending_after_notice, self.failing_for_rank_end
+            for task in (noticing, failing):
+                if task is not None and not task.done():
+                    task.cancel()
+            await asyncio.gather(workers, stop, syncing, checkpoints, *[task for task in (noticing, failing) if task],
                                  return_exceptions=True)
             if self.unreachable:
                 watch.close()  # a silent node would only hold the end up for a probe's timeout
@@ -393,53 +378,6 @@ class JobRun:
         await self.say(message)
         await self.end_containers()
 
-    async def give_notice(self) -> None:
-        """The job's notice before a stop: its signal to every rank, then up to its grace for a checkpoint (the
-        stop goes on as soon as one is in the store); a rank still running at the grace's end is ended."""
-        grace = self.plan.checkpoint_grace_seconds
-        if grace <= 0 or self.lost:
-            return
-        signal = self.plan.checkpoint_signal
-        sent_at, ours = await in_database(claim_notice, self.job_id)
-        if ours:
-            count = await signal_ranks(self.plan, signal)
-            await in_database(note_notice, self.job_id,
-                              f"Notice: SIG{signal} sent to {count} rank(s); up to {grace} s to save a checkpoint")
-        loop = asyncio.get_running_loop()
-        # From when it went out (by this process, or by the one that ran the job before it).
-        deadline = loop.time() + grace - max((timezone.now() - sent_at).total_seconds(), 0.0)
-        while (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(CHECKPOINT_NOTICE_LOOK_SECONDS, left))
-            if await self.look_for_checkpoint():
-                return
-        await self.say(f"No checkpoint within the {grace} s grace: ending the ranks")
-        await signal_ranks(self.plan, "TERM")
-
-    async def look_for_checkpoint(self) -> bool:
-        """One look at the program's manifest; True when a new checkpoint was recorded."""
-        if self.checkpoint_watch is None:
-            return False
-        try:
-            return await self.checkpoint_watch.look()
-        except NodeError as error:
-            logger.info("job %s: a look for a checkpoint failed (tried again): %s", self.job_id, error)
-            return False
-
-    async def watch_checkpoints_while_running(self) -> None:
-        """Look for a new checkpoint every CHECKPOINT_LOOK_SECONDS while the job runs: it is uploaded and recorded
-        at once, so a lost worker or a preemption loses no more than the program's own interval."""
-        while self.plan.keeps_checkpoints:
-            await asyncio.sleep(settings.CHECKPOINT_LOOK_SECONDS)
-            if self.checkpoint_watch is None:
-                return  # no store to keep them in, or the last upload is done
-            await self.look_for_checkpoint()
-
-    async def record_checkpoint(self, found: FoundCheckpoint) -> None:
-        await in_database(record_checkpoint, self.job_id, found.claim, found.url, found.size_bytes, found.file_count)
-
-    async def warn_checkpoint(self, reason: str) -> None:
-        await in_database(warn_checkpoint, self.job_id, reason)
-
     async def end_containers(self, unreachable: frozenset[int] = frozenset()) -> None:
         """End every worker's container now (mpirun then ends and the follow returns); once per run."""
         if self.ending_containers is None:
@@ -461,104 +399,72 @@ class JobRun:
 
     async def end_lost_run(self, lost: dict[int, str], unreachable: frozenset[int]) -> None:
         """Workers gone mid-run fail the job: the others are ended now, not when Open MPI's timeout runs out."""
-        if await in_database(_status, self.job_id) != JobStatus.RUNNING:
-            return  # being stopped: a container that goes is what was asked for
+        if self.ended_for_rank_end or await in_database(_status, self.job_id) != JobStatus.RUNNING:
+            return  # being stopped (or ended by the run): a container that goes is what was asked for
         self.lost = lost
         self.unreachable = unreachable
         for index, why in sorted(lost.items()):
-            await in_database(_event, self.job_id, "worker-lost",
+            await in_database(job_event, self.job_id, "worker-lost",
                               f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}")
             await self.say(f"worker-{index} ({self.plan.node_names().get(index, '')}) was lost: {why}; "
                            "ending the job's other containers", index)
         self.stopping.set()
         await self.end_containers(unreachable)
 
+    async def rank_ended(self, ended: dict[int, RankEnd]) -> None:
+        """Ranks the worker watch found ended, not as 0, while the job runs: said at once; if the job does not
+        end within RANK_EXIT_GRACE_SECONDS, the run ends its containers and the job fails with that rank's card."""
+        new = [end for rank, end in sorted(ended.items()) if rank not in self.ended_ranks]
+        if not new or self.stopping.is_set():
+            return
+        for end in new:
+            self.ended_ranks[end.rank] = end
+            node = self.plan.node_names().get(end.worker, "")
+            when = datetime.fromtimestamp(end.at, UTC).strftime("%H:%M:%S")
+            words = f"Rank {end.rank} (worker-{end.worker}, {node}) {end.how} at {when} UTC; the other ranks are still running"
+            await in_database(job_event, self.job_id, "rank-ended", words)
+            await self.say(words, end.worker)
+        grace = settings.RANK_EXIT_GRACE_SECONDS
+        if grace > 0 and self.failing_for_rank_end is None:
+            self.failing_for_rank_end = asyncio.create_task(self.fail_after_rank_end(grace))
+
+    async def rank_raised(self, rank: int, text: str, at: datetime) -> None:
+        """A rank's stderr ended a Python traceback (the monitor): taken as the rank's end while it prints nothing
+        more (mpi4py finalizes on an exception instead of aborting, so the others may wait for it for ever)."""
+        self.raised_ranks.add(rank)
+        self.ended_ranks.pop(rank, None)  # said again, with the new exception
+        end = RankEnd(rank, self.plan.worker_of_rank(rank), f"raised {text[:200]}", at.timestamp())
+        await self.rank_ended({rank: end})
+
+    async def fail_after_rank_end(self, grace: float) -> None:
+        while True:
+            # A rank that raised and then printed again caught it and went on: no reason to end the job.
+            ended = [end for end in self.ended_ranks.values() if end.rank not in self.raised_ranks or
+                     (self.monitor is not None and self.monitor.still_raised(end.rank))]
+            if not ended:
+                self.ended_ranks, self.failing_for_rank_end = {}, None
+                return
+            first = min(ended, key=lambda end: end.at)
+            wait = first.at + grace - time.time()
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait)
+        if self.stopping.is_set() or await in_database(_status, self.job_id) != JobStatus.RUNNING:
+            return
+        first = min(ended, key=lambda end: end.at)
+        words = f"Rank {first.rank} {first.how} and the job did not end within {grace:.0f} s: ending its containers; the job fails"
+        await in_database(job_event, self.job_id, "rank-ended", words)
+        await self.say(words)
+        self.ended_for_rank_end = (f"rank {first.rank} {first.how}, and the other ranks waited for it: the job was "
+                                   f"ended {grace:.0f} s later")
+        self.stopping.set()
+        await self.end_containers()
+
     async def stop_from_console(self, reason: str, message: str) -> None:
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
         if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
             return
         await self.end_after_notice(f"{message}; ending the containers on every node")
-
-    async def stagings(self) -> list[Staging]:
-        """What each worker's node fetches before its container starts: the input, and train_url's files when
-        the job brings them back (each attempt, so a restarted program resumes from its last checkpoint)."""
-        found = []
-        if self.plan.stages_inputs:
-            found.append(Staging(tuple(await in_database(input_downloads, self.job_id))))
-        if self.plan.predownloads_output:
-            brought = await in_database(output_downloads, self.job_id)
-            if brought:
-                found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="train_url"))
-                self.not_again(brought)
-        elif self.plan.resume_url:
-            brought = await in_database(checkpoint_downloads, self.job_id, self.plan.resume_url, self.plan.resume_from)
-            found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="checkpoint"))
-            self.not_again(brought)
-        return found
-
-    def not_again(self, brought: list[Download]) -> None:
-        """Files brought back into the output folder: unchanged since, they are not uploaded again."""
-        if self.output_sync is not None:
-            self.output_sync.sent.update({item.path.split("/", 1)[1]: (item.size, PREDOWNLOADED_MTIME_NS)
-                                          for item in brought})
-
-    async def find_output_store(self) -> None:
-        try:
-            found = await in_database(output_reach, self.job_id)
-        except (ObjectUrlError, StoreError) as error:
-            # Checked at submission; a store removed or refused since fails the upload, not the job.
-            await in_database(record_outputs, self.job_id, "", describe_reach_error(error))
-            return
-        if found is not None:
-            train_url, where = found
-            self.output_sync = OutputSync(train_url, where, self.plan.container_target(self.plan.workers[0]))
-            if self.plan.keeps_checkpoints:
-                self.checkpoint_watch = CheckpointWatch(self.output_sync, self.record_checkpoint, self.warn_checkpoint)
-                # A run taken up again does not record again what the one before it recorded.
-                self.checkpoint_watch.settled = await in_database(last_claim, self.job_id)
-
-    async def sync_outputs_while_running(self) -> None:
-        """Upload what changed in the output folder every OUTPUT_SYNC_SECONDS, for as long as the job runs."""
-        if self.output_sync is None:
-            await self.find_output_store()  # a run taken up again by another process
-        while self.output_sync is not None:
-            await asyncio.sleep(settings.OUTPUT_SYNC_SECONDS)
-            try:
-                await self.output_sync.sync()
-            except NodeError as error:
-                logger.info("job %s: an output upload failed (tried again at the next): %s", self.job_id, error)
-                continue
-            await in_database(record_outputs, self.job_id, self.output_sync.train_url, self.output_sync.result())
-
-    async def upload_outputs_before_the_end(self) -> None:
-        """The last upload, while worker-0's container is still up (a stop waits for it, within a bound)."""
-        sync = self.output_sync
-        if sync is None or 0 in self.unreachable:
-            return
-        await self.say(f"Uploading the outputs to {sync.train_url}")
-        problem = ""
-        try:
-            async with asyncio.timeout(settings.OUTPUT_FINAL_SYNC_SECONDS):
-                # A store that is briefly away (a restart, a network blip) gets a few more tries.
-                for pause in (*FINAL_UPLOAD_PAUSES, None):
-                    try:
-                        await sync.sync()
-                        problem = ""
-                    except NodeError as error:
-                        problem = error.reason
-                    if pause is None or not (problem or sync.failed):
-                        break
-                    await asyncio.sleep(pause)
-        except TimeoutError:
-            problem = f"the upload took longer than {settings.OUTPUT_FINAL_SYNC_SECONDS} s"
-        if not problem:
-            await self.look_for_checkpoint()  # one saved at the very end (a notice answered by exiting)
-        result = sync.result(problem)
-        await in_database(record_outputs, self.job_id, sync.train_url, result)
-        await in_database(_event, self.job_id, "outputs", result.message)
-        await self.say(result.message)
-        self.output_sync = None  # uploaded for the last time: the end does not do it again
-        self.checkpoint_watch = None
 
     async def collect_outputs(self) -> None:
         if self.output_sync is not None or await in_database(_has_object_outputs, self.job_id):
@@ -577,7 +483,7 @@ class JobRun:
             target = self.plan.container_target(self.plan.workers[0])
             result = await collect_outputs(target, remote_dir, outputs_root(self.job_id), limit)
         await in_database(record_outputs, self.job_id, train_url, result)
-        await in_database(_event, self.job_id, "outputs", result.message)
+        await in_database(job_event, self.job_id, "outputs", result.message)
         await self.say(result.message)
 
     async def tear_down(self) -> list[TeardownResult]:

@@ -149,3 +149,9 @@ def lost_work(attempt) -> str:
 def checkpoint_warnings(job) -> list:
     """The last few manifests the console did not trust (the timeline holds them all)."""
     return list(job.events.filter(kind="checkpoint-ignored").order_by("-id")[:3])
+
+
+@register.filter
+def rank_end_events(job) -> list:
+    """What the run said of ranks that ended on their own while the others went on (the first few)."""
+    return list(job.events.filter(kind="rank-ended").order_by("id")[:4])

@@ -19,6 +19,7 @@ from jobs.allocation import try_allocate
 from jobs.logs.store import LogRecord
 from jobs.models import JobStatus, LogStream, Node, TrainingJob, WorkerState
 from jobs.runtime import run
+from jobs.runtime.liveness import RankEnd
 from jobs.runtime.monitor import MONITOR_INTERVAL_SECONDS
 from jobs.runtime.preparation import ContainerStarted
 from jobs.runtime.run import JobRun, in_own_context, plan_allocated_job
@@ -52,6 +53,7 @@ class FakeNodes:
         monkeypatch.setattr(run, "collect_outputs", self.collect_outputs)
         monkeypatch.setattr(run, "WorkerWatch", self.worker_watch)
         self.lose: dict[int, str] = {}  # workers the watch finds lost while mpirun runs
+        self.rank_ends: dict[int, RankEnd] = {}  # ranks the watch finds ended, not as 0, while the others run
         self.silent: frozenset[int] = frozenset()  # those of them whose node stopped answering
 
     async def prepare_all(self, plan, report, inputs=()):
@@ -79,11 +81,15 @@ class FakeNodes:
             if self.lose:
                 await self.on_lost(self.lose, self.silent)
                 await stopping.wait()
+            if self.rank_ends:
+                await self.on_rank_end(self.rank_ends)
+                await stopping.wait()  # until the run ends the containers, which ends mpirun
         return self.exit_status
 
-    def worker_watch(self, workers, on_lost, on_usage=None):
+    def worker_watch(self, workers, on_lost, on_usage=None, on_rank_end=None):
         """The watch, idle: the fake launch reports the workers in `lose` lost through its callback."""
         self.on_lost = on_lost
+        self.on_rank_end = on_rank_end
 
         class Idle:
             workers: list = []
@@ -224,6 +230,22 @@ def test_a_worker_lost_mid_run_fails_the_job_with_the_card_naming_the_worker_and
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert (1, "worker-1 (node-b) was lost: its container job-x-worker-1 is gone; ending the job's other containers") \
         in service_lines(job)
+
+
+def test_a_rank_that_ended_while_the_others_run_is_said_at_once_and_the_job_fails_after_the_grace(
+        nodes, job, settings):
+    settings.RANK_EXIT_GRACE_SECONDS = 0.2
+    nodes.exit_status = 1
+    nodes.rank_ends = {0: RankEnd(0, 0, "ended with exit code 1", 1764800000.0)}
+
+    job = run_job(job)
+
+    assert job.status == JobStatus.FAILED and job.restart_count == 0
+    said = [event.message for event in job.events.filter(kind="rank-ended").order_by("id")]
+    assert said == ["Rank 0 (worker-0, node-a) ended with exit code 1 at 22:13:20 UTC; the other ranks are still running",
+                    "Rank 0 ended with exit code 1 and the job did not end within 0 s: ending its containers; the job fails"]
+    assert job.failure["kind"] != "node_lost", "the containers the run ended are not lost workers"
+    assert nodes.teardowns[0] == [0, 1]
 
 
 def test_a_worker_whose_node_stopped_answering_is_not_waited_for_and_its_node_is_kept_out_of_service(nodes, job):

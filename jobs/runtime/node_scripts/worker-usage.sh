@@ -66,3 +66,23 @@ if [ -n "$gpus" ] && command -v nvidia-smi >/dev/null 2>&1; then
     timeout 10 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -i "$gpus" 2>/dev/null |
         awk -F', *' '{ util += $1; mem += $2; n++ } END { if (n) printf "gpu_util=%d gpu_mem_mib=%d\n", util / n, mem }'
 fi
+
+# The ranks of this worker that have ended on their own, and not as 0 ("rank-ended rank=N exit=C at=T" or
+# "signal=S"): the rank agents' records (rank-agent.sh), read as the job's user, as the teardown reads them.
+# They are the job's own claim; the console only warns of them and, if the job does not end, ends it failed.
+if [ -d "$home/.mpi/ranks" ] && command -v setpriv >/dev/null 2>&1; then
+    owner=$(stat -c '%u:%g' "$home" 2>/dev/null) || owner=0:0
+    if [ "${owner%:*}" != 0 ]; then
+        # The inner script expands its variables as the job's user, not here.
+        # shellcheck disable=SC2016
+        timeout 2 setpriv --reuid="${owner%:*}" --regid="${owner#*:}" --clear-groups -- sh -c '
+            for record in "$1"/*; do
+                rank=${record##*/}
+                case "$rank" in ""|*[!0-9]*) continue ;; esac
+                [ -f "$record" ] || continue
+                grep -q "^stop=" "$record" && continue
+                ended=$(grep -m 1 -E "^(exit=[1-9][0-9]*|signal=[0-9]+)$" "$record")
+                [ -n "$ended" ] && echo "rank-ended rank=$rank $ended at=$(date -r "$record" +%s)"
+            done' sh "$home/.mpi/ranks" 2>/dev/null
+    fi
+fi

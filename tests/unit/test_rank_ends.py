@@ -1,0 +1,44 @@
+"""A rank that ends on its own while the others go on: what the worker watch reads of the rank agents' records
+(the job's own claim, read warily). The real run is in tests/integration/test_faults.py."""
+
+from jobs.runtime.liveness import RankEnd, read_rank_ends, read_usage
+
+
+def test_the_watch_reads_which_ranks_ended_not_as_0_and_how():
+    answer = ("state=running\ncpu_ns=5 mem=10 limit=20\n"
+              "rank-ended rank=0 exit=1 at=1764800000\n"
+              "rank-ended rank=3 signal=11 at=1764800002\n")
+    assert read_rank_ends(answer, 1) == [RankEnd(0, 1, "ended with exit code 1", 1764800000.0),
+                                         RankEnd(3, 1, "ended on signal 11", 1764800002.0)]
+    state, usage = read_usage(answer)
+    assert state == "running" and usage is not None and usage.cpu_ns == 5, "the rank lines are not usage fields"
+
+
+def test_a_forged_or_malformed_rank_line_is_not_taken():
+    answer = "\n".join(["rank-ended rank=x exit=1 at=1", "rank-ended rank=0 exit=0 at=1", "rank-ended rank=0 exit=999 at=1",
+                        "rank-ended rank=0 exit=1", "rank-ended rank=1 signal=99 at=1", "rank-ended rank=٣ exit=1 at=1",
+                        "rank-ended rank=2 exit=2 at=17648000009999999"])
+    assert read_rank_ends(answer, 0) == []
+
+
+def test_a_traceback_marks_its_rank_as_raised_until_the_rank_prints_again():
+    from datetime import UTC, datetime
+
+    from jobs.logs.store import StoredLogLine
+    from jobs.runtime.monitor import RunMonitor
+
+    async def no_stop(reason, message):
+        raise AssertionError("no stop")
+
+    monitor = RunMonitor(1, [0, 0, 1, 1], {0: "a", 1: "b"}, no_stop)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    lines = ["Traceback (most recent call last):", '  File "train.py", line 13, in <module>',
+             '    with open("/usr/out", "w") as output:', "         ^^^^^^^^",
+             "PermissionError: [Errno 13] Permission denied: '/usr/out'"]
+    for seq, text in enumerate(lines, 1):
+        monitor._follow_traceback(0, StoredLogLine(seq, 0, 0, "stderr", text, at))
+    monitor._follow_traceback(2, StoredLogLine(9, 1, 2, "stdout", "Traceback (most recent call last):", at))
+    assert monitor.still_raised(0) and not monitor.still_raised(2), "a traceback on stdout is the program's own print"
+    assert list(monitor.raised_news) == [(0, "PermissionError: [Errno 13] Permission denied: '/usr/out'", at)]
+    monitor._follow_traceback(0, StoredLogLine(10, 0, 0, "stdout", "step=5 loss=0.1", at))
+    assert not monitor.still_raised(0), "a rank that printed again caught it and went on"
