@@ -1026,6 +1026,9 @@ class Attempt(models.Model):
     last_checkpoint_step = models.BigIntegerField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     lost_seconds = models.FloatField()
+    # Steps between its last checkpoint (its first step, without one) and the last step its log showed (the
+    # metrics' steps); None when its log gave no step.
+    lost_steps = models.BigIntegerField(null=True, blank=True)
     lost_node_hours = models.FloatField()
     lost_gpu_hours = models.FloatField(default=0.0)
 

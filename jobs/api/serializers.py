@@ -199,7 +199,7 @@ class AttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = Attempt
         fields = ["number", "started_at", "ended_at", "ended_as", "node_count", "gpu_count", "last_checkpoint_step",
-                  "last_checkpoint_at", "lost_seconds", "lost_node_hours", "lost_gpu_hours"]
+                  "last_checkpoint_at", "lost_seconds", "lost_steps", "lost_node_hours", "lost_gpu_hours"]
         extra_kwargs = {
             "number": {"help_text": "The attempt (1 for the first)."},
             "started_at": {"help_text": "When it started running."},
@@ -210,6 +210,8 @@ class AttemptSerializer(serializers.ModelSerializer):
             "last_checkpoint_step": {"help_text": "The step of its last checkpoint; null when it saved none."},
             "last_checkpoint_at": {"help_text": "When its last checkpoint was in the store."},
             "lost_seconds": {"help_text": "Seconds from its last checkpoint (its start, without one) to its end."},
+            "lost_steps": {"help_text": "Steps from its last checkpoint (its first step, without one) to the last step "
+                                        "its log showed; null when its log gave no step."},
             "lost_node_hours": {"help_text": "lost_seconds on all its nodes, in node-hours."},
             "lost_gpu_hours": {"help_text": "lost_seconds on all its GPUs, in GPU-hours."},
         }

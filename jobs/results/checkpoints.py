@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from jobs.launch.checkpoint_contract import CheckpointClaim
 from jobs.logs.store import readable_size, service_line
-from jobs.models import Attempt, Checkpoint, JobEvent, TrainingJob
+from jobs.models import Attempt, Checkpoint, JobEvent, MetricPoint, TrainingJob
 
 # How many warnings about untrusted manifests one attempt keeps on its page (a program rewriting a bad one
 # each second must not fill the timeline).
@@ -97,12 +97,19 @@ def close_attempt(job_id: int, ended_as: str) -> Attempt | None:
     now = timezone.now()
     last = job.checkpoints.filter(attempt=job.attempt).order_by("-saved_at").first()
     lost = lost_work(job.started_at, now, last.saved_at if last else None, job.node_count, job.spec.gpu_count)
+    # The steps its log showed (the metrics' steps since the attempt's first line).
+    first_seq = job.attempt_log_starts[-1] if job.restart_count and job.attempt_log_starts else 0
+    steps = MetricPoint.objects.filter(job_id=job_id, seq__gt=first_seq, step__isnull=False).aggregate(
+        first=Min("step"), reached=Max("step"))
+    lost_steps = None
+    if steps["reached"] is not None:
+        lost_steps = max(steps["reached"] - (last.step if last else steps["first"] - 1), 0)
     with transaction.atomic():
         attempt, _ = Attempt.objects.get_or_create(job_id=job_id, number=job.attempt, defaults={
             "started_at": job.started_at, "ended_at": now, "ended_as": ended_as[:256], "node_count": job.node_count,
             "gpu_count": job.spec.gpu_count * job.node_count,
             "last_checkpoint_step": last.step if last else None, "last_checkpoint_at": last.saved_at if last else None,
-            "lost_seconds": lost.seconds, "lost_node_hours": lost.node_hours, "lost_gpu_hours": lost.gpu_hours})
+            "lost_seconds": lost.seconds, "lost_steps": lost_steps, "lost_node_hours": lost.node_hours, "lost_gpu_hours": lost.gpu_hours})
     return attempt
 
 
@@ -113,6 +120,8 @@ def lost_work_words(attempt: Attempt) -> str:
     hours = f"{attempt.lost_node_hours:.2f} node-h"
     if attempt.gpu_count:
         hours += f", {attempt.lost_gpu_hours:.2f} GPU-h"
+    if attempt.lost_steps is not None:
+        hours += f", {attempt.lost_steps:,} steps"
     if attempt.last_checkpoint_step is not None:
         since = _("since its checkpoint at step %(step)s") % {"step": f"{attempt.last_checkpoint_step:,}"}
     else:

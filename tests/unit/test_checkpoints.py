@@ -20,7 +20,7 @@ from jobs.launch.checkpoint_contract import (
     parse_manifest,
 )
 from jobs.launch.plan import KeyPair, SshTarget, WorkerValues, plan_job
-from jobs.models import Attempt, Checkpoint, JobEvent, JobStatus, LauncherDefaults
+from jobs.models import Attempt, Checkpoint, JobEvent, JobStatus, LauncherDefaults, MetricPoint
 from jobs.results.checkpoints import close_attempt, lost_work, lost_work_words, record_checkpoint, warn_checkpoint
 from jobs.runtime import checkpoints as runtime_checkpoints
 from jobs.runtime.checkpoints import CheckpointWatch
@@ -184,8 +184,11 @@ def test_a_checkpoint_after_the_notice_says_how_long_it_took_and_the_ended_attem
     assert JobEvent.objects.filter(job=job, kind="checkpoint", message__contains="step 1,200").exists()
     assert "s after the notice" in JobEvent.objects.get(job=job, kind="checkpoint").message
 
+    for seq, step in enumerate((1199, 1200, 1215, 1230), 1):
+        MetricPoint.objects.create(job=job, name="loss", rank=0, step=step, value=0.5, at=timezone.now(), seq=seq)
     attempt = close_attempt(job.pk, "stopped")
     assert attempt is not None and attempt.last_checkpoint_step == 1200 and attempt.lost_seconds < 30
+    assert attempt.lost_steps == 30 and ", 30 steps" in lost_work_words(attempt)
     assert close_attempt(job.pk, "again") == attempt  # once an attempt
     assert "attempt 1 lost" in lost_work_words(attempt) and "step 1,200" in lost_work_words(attempt)
 
@@ -194,7 +197,7 @@ def test_a_checkpoint_after_the_notice_says_how_long_it_took_and_the_ended_attem
 def test_an_attempt_without_a_checkpoint_lost_all_of_it(make_job):
     job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(hours=1), node_count=2)
     attempt = close_attempt(job.pk, "failed")
-    assert attempt is not None and attempt.last_checkpoint_step is None
+    assert attempt is not None and attempt.last_checkpoint_step is None and attempt.lost_steps is None
     assert attempt.lost_node_hours == pytest.approx(2.0, rel=0.01)
     assert "no checkpoint" in lost_work_words(attempt)
     assert close_attempt(make_job(name="queued").pk, "never ran") is None
