@@ -569,6 +569,10 @@ SLURM_VANISHED = "VANISHED"
 SLURM_REQUEUED = "REQUEUED"
 
 
+# How far back a chain of Rebuilds that resume is followed for a checkpoint.
+MAX_RESUME_CHAIN = 10
+
+
 class TrainingJob(models.Model):
     name = models.CharField(max_length=64)
     description = models.CharField(max_length=256, blank=True)
@@ -738,7 +742,14 @@ class TrainingJob(models.Model):
     def resume_checkpoint(self) -> "Checkpoint | None":
         """The checkpoint the next attempt starts from: the newest of this job's, or of the job it was rebuilt
         to resume (the same owner's only)."""
-        sources = [pk for pk in (self.pk, self.resume_source_id) if pk]
+        sources = [self.pk] if self.pk else []
+        source_id = self.resume_source_id
+        # A Rebuild of a Rebuild that saved nothing itself resumes from what its own source resumed from.
+        for _level in range(MAX_RESUME_CHAIN):
+            if not source_id or source_id in sources:
+                break
+            sources.append(source_id)
+            source_id = TrainingJob.objects.filter(pk=source_id).values_list("resume_source_id", flat=True).first()
         if not sources:
             return None
         return (Checkpoint.objects.filter(job_id__in=sources, job__owner_id=self.owner_id)

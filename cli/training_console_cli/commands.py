@@ -168,7 +168,10 @@ def cmd_rebuild(args) -> int:
     body = submission_of(detail, writable_fields(client))
     if args.name:
         body["name"] = args.name
-    if args.resume:  # start from the old job's newest checkpoint (MA_RESUME_FROM)
+    # Start from the old job's newest checkpoint (MA_RESUME_FROM) when asked, else from scratch: the copy does
+    # not carry over what the old job resumed from.
+    body.pop("resume_from_job", None)
+    if args.resume:
         body["resume_from_job"] = detail["id"]
     return submitted(client, client.submit(body), args)
 

@@ -66,6 +66,8 @@ def parse_manifest(text: str) -> CheckpointClaim:
         found = json.loads(text)
     except ValueError as error:
         raise ManifestError(f"{MANIFEST_NAME} is not valid JSON ({error})") from None
+    except RecursionError:  # a few thousand nested brackets: no manifest is that deep
+        raise ManifestError(f"{MANIFEST_NAME} is nested too deeply to be a manifest") from None
     if not isinstance(found, dict):
         raise ManifestError(f"{MANIFEST_NAME} is not a JSON object")
     step, path, time = found.get("step"), found.get("path"), found.get("time", "")

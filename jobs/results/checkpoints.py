@@ -89,20 +89,23 @@ def lost_work(started_at: datetime, ended_at: datetime, last_checkpoint_at: date
     return LostWork(seconds, seconds * node_count / 3600, seconds * node_count * gpus_per_node / 3600)
 
 
-def close_attempt(job_id: int, ended_as: str) -> Attempt | None:
-    """Record the attempt that is ending (once) with the work it lost; None for an attempt that never started."""
+def close_attempt(job_id: int, ended_as: str, completed: bool = False) -> Attempt | None:
+    """Record the attempt that is ending (once) with the work it lost (none when it completed); None for an
+    attempt that never started."""
     job = TrainingJob.objects.select_related("spec").get(pk=job_id)
     if job.started_at is None:
         return None
     now = timezone.now()
     last = job.checkpoints.filter(attempt=job.attempt).order_by("-saved_at").first()
     lost = lost_work(job.started_at, now, last.saved_at if last else None, job.node_count, job.spec.gpu_count)
+    if completed:
+        lost = LostWork(0.0, 0.0, 0.0)
     # The steps its log showed (the metrics' steps since the attempt's first line).
     first_seq = job.attempt_log_starts[-1] if job.restart_count and job.attempt_log_starts else 0
     steps = MetricPoint.objects.filter(job_id=job_id, seq__gt=first_seq, step__isnull=False).aggregate(
         first=Min("step"), reached=Max("step"))
-    lost_steps = None
-    if steps["reached"] is not None:
+    lost_steps: int | None = 0 if completed else None
+    if steps["reached"] is not None and not completed:
         lost_steps = max(steps["reached"] - (last.step if last else steps["first"] - 1), 0)
     with transaction.atomic():
         attempt, _ = Attempt.objects.get_or_create(job_id=job_id, number=job.attempt, defaults={

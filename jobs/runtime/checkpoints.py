@@ -14,9 +14,11 @@ import logging
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncssh
 from django.conf import settings
+from django.utils import timezone
 
 from jobs.launch.checkpoint_contract import (
     MANIFEST_MAX_BYTES,
@@ -106,9 +108,17 @@ class CheckpointWatch:
         self.last_text: str | None = None
         self.settled: CheckpointClaim | None = None
         self.recorded = 0
+        # When the last checkpoint was recorded (a notice's grace ends when one is recorded after it).
+        self.recorded_at: datetime | None = None
+        # One look at a time: the notice's and the periodic one must not both record the same checkpoint.
+        self.busy = asyncio.Lock()
 
     async def look(self) -> bool:
         """One look; True when it recorded a checkpoint. NodeError when the container cannot be asked."""
+        async with self.busy:
+            return await self._look()
+
+    async def _look(self) -> bool:
         text = await read_manifest(self.output_sync.target)
         if text is None or text == self.last_text:
             return False
@@ -137,4 +147,5 @@ class CheckpointWatch:
         url = self.output_sync.train_url.rstrip("/") + "/" + claim.output_path
         await self.record(FoundCheckpoint(claim, url, sum(files.values()), len(files)))
         self.recorded += 1
+        self.recorded_at = timezone.now()
         return True

@@ -60,7 +60,8 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
     # reads Running (another job could take them), and a job is never left Running without its nodes.
     with transaction.atomic():
         # The attempt's lost work is measured at its end, whichever way it ends (queued again included).
-        close_attempt(job_id, message or (f"exit status {exit_code}" if exit_code is not None else outcome))
+        close_attempt(job_id, message or (f"exit status {exit_code}" if exit_code is not None else outcome),
+                      completed=outcome == RunOutcome.EXIT and exit_code == 0)
         for worker_index, problem in unclean:
             # Only a node the job still holds: one force-released meanwhile may be another job's by now.
             Node.objects.filter(workers__job_id=job_id, workers__index=worker_index, allocated_to_id=job_id).update(

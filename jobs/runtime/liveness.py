@@ -94,9 +94,9 @@ def read_rank_ends(text: str, worker: int) -> list[RankEnd]:
         code, signal = fields.get("exit", ""), fields.get("signal", "")
         if not (rank.isascii() and rank.isdigit() and len(rank) < 8 and at.isascii() and at.isdigit() and len(at) < 12):
             continue
-        if code.isascii() and code.isdigit() and 0 < int(code) < 256:
+        if code.isascii() and code.isdigit() and len(code) < 4 and 0 < int(code) < 256:
             found.append(RankEnd(int(rank), worker, f"ended with exit code {int(code)}", float(at)))
-        elif signal.isascii() and signal.isdigit() and 0 < int(signal) < 65:
+        elif signal.isascii() and signal.isdigit() and len(signal) < 3 and 0 < int(signal) < 65:
             found.append(RankEnd(int(rank), worker, f"ended on signal {int(signal)}", float(at)))
     return found
 

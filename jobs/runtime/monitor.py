@@ -106,7 +106,10 @@ class RunMonitor:
             if self.not_running is not None and self.status != JobStatus.RUNNING:
                 self.not_running.set()
             while self.raised_news and self.on_raised is not None:
-                await self.on_raised(*self.raised_news.popleft())
+                try:
+                    await self.on_raised(*self.raised_news.popleft())
+                except Exception:  # the database briefly away: the monitor (and the stops it carries out) goes on
+                    logger.exception("job %s: recording a rank that raised failed", self.job_id)
             if request and self.stop_task is None:
                 # Its own task: the teardown it starts must not be cut short when the monitor is cancelled.
                 self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
@@ -214,6 +217,10 @@ class RunMonitor:
             self.in_traceback.discard(rank)
             self.raised[rank] = (line.text[:300], line.at)
             self.raised_news.append((rank, line.text[:300], line.at))
+
+    def last_line_at(self) -> datetime:
+        """When any rank last printed (the launch, before any did)."""
+        return max(self.last_heard.values(), default=timezone.now())
 
     def still_raised(self, rank: int) -> bool:
         """Whether the rank printed nothing since the traceback it was last seen to raise."""

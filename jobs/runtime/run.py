@@ -21,6 +21,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeVar, cast
 
@@ -66,6 +67,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 5.0
 # The steps of a worker's preparation that the job's events list, as the reference's events tab does.
 WORKER_EVENTS: dict[str, str] = {WorkerState.UPLOADING: "code", WorkerState.READY: "pre-check", WorkerState.FAILED: "pre-check"}
+# The ranks' ends (and tracebacks) a run says on the job's page, at most.
+MAX_RANK_ENDS_SAID = 20
 # How often the preparation looks whether the job was stopped meanwhile.
 STOP_POLL_SECONDS = 1.0
 
@@ -169,8 +172,7 @@ class JobRun(RunData):
         # wait in a collective: mpi4py finalizes rather than aborts), and the wait before the job is failed.
         self.ended_ranks: dict[int, RankEnd] = {}
         self.failing_for_rank_end: asyncio.Task[None] | None = None
-        # Of those, the ones seen raising in their log (they count only while they print nothing more).
-        self.raised_ranks: set[int] = set()
+        self.rank_ends_said = 0
         self.monitor: RunMonitor | None = None
         # The run itself ended the containers for such a rank (why, in words): their going is not a lost worker.
         self.ended_for_rank_end = ""
@@ -370,7 +372,14 @@ class JobRun(RunData):
         """A stop the console carries out: the notice and its grace, the last upload, then every container ended."""
         if self.ending_after_notice is None:
             self.ending_after_notice = asyncio.create_task(self._end_after_notice(message))
-        await asyncio.shield(self.ending_after_notice)
+        ending = self.ending_after_notice
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if ending.cancelled() and (current is None or current.cancelling() == 0):
+                return  # called off because mpirun is over (launch_watched): the run's end does the rest
+            raise
 
     async def _end_after_notice(self, message: str) -> None:
         await self.give_notice()
@@ -412,46 +421,65 @@ class JobRun(RunData):
         await self.end_containers(unreachable)
 
     async def rank_ended(self, ended: dict[int, RankEnd]) -> None:
-        """Ranks the worker watch found ended, not as 0, while the job runs: said at once; if the job does not
-        end within RANK_EXIT_GRACE_SECONDS, the run ends its containers and the job fails with that rank's card."""
-        new = [end for rank, end in sorted(ended.items()) if rank not in self.ended_ranks]
-        if not new or self.stopping.is_set():
+        """Ranks found ended, not as 0 (the worker watch), or raising (the monitor), while the job runs: said once
+        each; if the job does not end within RANK_EXIT_GRACE_SECONDS, the run ends its containers and the job
+        fails with that rank's card. Only the plan's ranks count, and a time ahead of now is taken as now (the
+        records are the job's own)."""
+        if self.stopping.is_set():
             return
+        now = time.time()
+        new = [replace(end, at=min(end.at, now)) for rank, end in sorted(ended.items())
+               if 0 <= rank < self.plan.rank_count and (rank not in self.ended_ranks or self.raising(rank))
+               and not (end.how.startswith("raised") and rank in self.ended_ranks)]
         for end in new:
             self.ended_ranks[end.rank] = end
+            self.rank_ends_said += 1
+            if self.rank_ends_said > MAX_RANK_ENDS_SAID:
+                continue  # a program that raises and catches in a loop: the first few are on the page
             node = self.plan.node_names().get(end.worker, "")
             when = datetime.fromtimestamp(end.at, UTC).strftime("%H:%M:%S")
             words = f"Rank {end.rank} (worker-{end.worker}, {node}) {end.how} at {when} UTC; the other ranks are still running"
             await in_database(job_event, self.job_id, "rank-ended", words)
             await self.say(words, end.worker)
         grace = settings.RANK_EXIT_GRACE_SECONDS
-        if grace > 0 and self.failing_for_rank_end is None:
+        if new and grace > 0 and self.failing_for_rank_end is None:
             self.failing_for_rank_end = asyncio.create_task(self.fail_after_rank_end(grace))
 
+    def raising(self, rank: int) -> bool:
+        """Whether what is known of the rank's end is only a traceback in its log (its agent's record says more)."""
+        known = self.ended_ranks.get(rank)
+        return known is not None and known.how.startswith("raised")
+
     async def rank_raised(self, rank: int, text: str, at: datetime) -> None:
-        """A rank's stderr ended a Python traceback (the monitor): taken as the rank's end while it prints nothing
-        more (mpi4py finalizes on an exception instead of aborting, so the others may wait for it for ever)."""
-        self.raised_ranks.add(rank)
-        self.ended_ranks.pop(rank, None)  # said again, with the new exception
-        end = RankEnd(rank, self.plan.worker_of_rank(rank), f"raised {text[:200]}", at.timestamp())
-        await self.rank_ended({rank: end})
+        """A rank's stderr ended a Python traceback (the monitor): taken as the rank's end while no rank prints
+        anything more (mpi4py finalizes on an exception instead of aborting, so the others wait for it for ever)."""
+        await self.rank_ended({rank: RankEnd(rank, self.plan.worker_of_rank(rank), f"raised {text[:200]}", at.timestamp())})
+
+    def deadline_of(self, end: RankEnd, grace: float) -> float | None:
+        """When the job fails for this rank's end; None when it no longer counts. A rank that raised counts while
+        the job has printed nothing since (another rank's progress means it caught it, or the job goes on)."""
+        if not end.how.startswith("raised"):
+            return end.at + grace
+        if self.monitor is None or not self.monitor.still_raised(end.rank):
+            return None
+        return max(end.at, self.monitor.last_line_at().timestamp()) + grace
 
     async def fail_after_rank_end(self, grace: float) -> None:
         while True:
-            # A rank that raised and then printed again caught it and went on: no reason to end the job.
-            ended = [end for end in self.ended_ranks.values() if end.rank not in self.raised_ranks or
-                     (self.monitor is not None and self.monitor.still_raised(end.rank))]
-            if not ended:
-                self.ended_ranks, self.failing_for_rank_end = {}, None
+            deadlines = {rank: deadline for rank, end in self.ended_ranks.items()
+                         if (deadline := self.deadline_of(end, grace)) is not None}
+            for rank in [rank for rank in self.ended_ranks if rank not in deadlines]:
+                del self.ended_ranks[rank]  # a rank that raised and went on: said again if it raises again
+            if not deadlines:
+                self.failing_for_rank_end = None
                 return
-            first = min(ended, key=lambda end: end.at)
-            wait = first.at + grace - time.time()
+            wait = min(deadlines.values()) - time.time()
             if wait <= 0:
                 break
-            await asyncio.sleep(wait)
+            await asyncio.sleep(min(wait, 5.0))  # looked at again: a line printed meanwhile moves the deadline
         if self.stopping.is_set() or await in_database(_status, self.job_id) != JobStatus.RUNNING:
             return
-        first = min(ended, key=lambda end: end.at)
+        first = self.ended_ranks[min(deadlines, key=lambda rank: (self.ended_ranks[rank].at, rank))]
         words = f"Rank {first.rank} {first.how} and the job did not end within {grace:.0f} s: ending its containers; the job fails"
         await in_database(job_event, self.job_id, "rank-ended", words)
         await self.say(words)

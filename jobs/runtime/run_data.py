@@ -67,6 +67,8 @@ class RunData:
         self.output_sync: OutputSync | None = None
         # The program's checkpoints, read from its manifest (None: its train_url is not in an object store).
         self.checkpoint_watch: CheckpointWatch | None = None
+        # The last upload is done: nothing is looked for any more.
+        self.outputs_done = False
 
     async def say(self, text: str, worker_index: int | None = None) -> None:
         raise NotImplementedError
@@ -88,7 +90,15 @@ class RunData:
         deadline = loop.time() + grace - max((timezone.now() - sent_at).total_seconds(), 0.0)
         while (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(CHECKPOINT_NOTICE_LOOK_SECONDS, left))
-            if await self.look_for_checkpoint():
+            try:
+                # Within the grace: a slow upload does not hold the ranks' end back.
+                async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
+                    found = await self.look_for_checkpoint()
+            except TimeoutError:
+                break
+            # Recorded by this look, or by the periodic one meanwhile.
+            watch = self.checkpoint_watch
+            if found or (watch is not None and watch.recorded_at is not None and watch.recorded_at >= sent_at):
                 return
         await self.say(f"No checkpoint within the {grace} s grace: ending the ranks")
         await signal_ranks(self.plan, "TERM")
@@ -108,9 +118,9 @@ class RunData:
         at once, so a lost worker or a preemption loses no more than the program's own interval."""
         while self.plan.keeps_checkpoints:
             await asyncio.sleep(settings.CHECKPOINT_LOOK_SECONDS)
-            if self.checkpoint_watch is None:
-                return  # no store to keep them in, or the last upload is done
-            await self.look_for_checkpoint()
+            if self.outputs_done:
+                return  # the last upload is done
+            await self.look_for_checkpoint()  # nothing yet while the store is being found (a run taken up again)
 
     async def record_checkpoint(self, found: FoundCheckpoint) -> None:
         await in_database(record_checkpoint, self.job_id, found.claim, found.url, found.size_bytes, found.file_count)
@@ -129,10 +139,16 @@ class RunData:
             if brought:
                 found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="train_url"))
                 self.not_again(brought)
-        elif self.plan.resume_url:
+        # The checkpoint to resume from, unless it came back with train_url already: in this job's own train_url
+        # (then, unchanged, it is not uploaded again), or another's (a Rebuild's source): then it is this job's
+        # output only once the program rewrites it.
+        own = self.output_sync is not None and \
+            self.plan.resume_url.startswith(self.output_sync.train_url.rstrip("/") + "/")
+        if self.plan.resume_url and not (self.plan.predownloads_output and own):
             brought = await in_database(checkpoint_downloads, self.job_id, self.plan.resume_url, self.plan.resume_from)
             found.append(Staging(tuple(brought), target=OUTPUTS_TARGET, owned=True, what="checkpoint"))
-            self.not_again(brought)
+            if own:
+                self.not_again(brought)
         return found
 
     def not_again(self, brought: list[Download]) -> None:
@@ -198,3 +214,4 @@ class RunData:
         await self.say(result.message)
         self.output_sync = None  # uploaded for the last time: the end does not do it again
         self.checkpoint_watch = None
+        self.outputs_done = True

@@ -47,6 +47,7 @@ def test_a_manifest_names_a_step_and_a_path_inside_the_checkpoint_folder():
     ('{"step": 5, "path": "a\\u001b[2Jb"}', "is not inside"),
     ('{"step": 5, "path": "checkpoint.json"}', "names the manifest itself"),
     ('{"step": 5, "path": "' + "a" * 5000 + '"}', "larger than 4096 bytes"),
+    ("[" * 4000, "nested too deeply"),
 ])
 def test_a_manifest_the_console_cannot_trust_is_refused_saying_why(text, words):
     with pytest.raises(ManifestError, match=words.replace("(", r"\(").replace("[", r"\[")):
@@ -115,6 +116,7 @@ class FakeSync:
         self.syncs = 0
 
     async def sync(self):
+        await asyncio.sleep(0.01)  # an upload takes time: another look may come meanwhile
         self.syncs += 1
         self.found = dict(self.files)
         if self.uploads:
@@ -145,6 +147,17 @@ def test_a_new_manifest_is_uploaded_at_once_and_recorded_once_its_files_are_in_t
         (5, "obs://user-1-a/run/checkpoints/step-5.pt", 100)]
     # The same manifest again is not a new checkpoint, and costs no upload.
     assert asyncio.run(watch.look()) is False and sync.syncs == 1 and not warned
+
+
+def test_two_looks_at_once_record_a_checkpoint_once(monkeypatch):
+    sync = FakeSync({"checkpoints/step-5.pt": 100})
+    watch, recorded, _ = watch_with(monkeypatch, '{"step": 5, "path": "step-5.pt"}', sync)
+
+    async def both():
+        return await asyncio.gather(watch.look(), watch.look())
+
+    assert sorted(asyncio.run(both())) == [False, True]
+    assert len(recorded) == 1 and watch.recorded_at is not None
 
 
 def test_a_checkpoint_whose_upload_failed_is_not_recorded_until_it_is_in_the_store(monkeypatch):
@@ -265,7 +278,12 @@ def test_the_page_says_where_the_notice_was_refused_and_a_jobs_page_shows_its_ch
     assert "Ensure this value is less than or equal to 86400." in page
     assert re.search(r'id="id_checkpoint_grace_seconds"[^>]*value="100000"', page), "what was typed is kept"
 
+    # Another job's checkpoint first, so that this job's checkpoint and this job have different ids.
+    other = make_job(name="other", owner=owner)
+    for step in range(3):
+        record_checkpoint(other.pk, CheckpointClaim(step, f"s-{step}"), "obs://b/o/checkpoints/s", 1, 1)
     record_checkpoint(job.pk, CheckpointClaim(40, "step-40.npz"), "obs://b/r/checkpoints/step-40.npz", 4096, 1)
+    assert Checkpoint.objects.get(job=job).pk != job.pk
     warn_checkpoint(job.pk, "checkpoint.json: path '../x' is not inside the folder")
     close_attempt(job.pk, "stopped")
     shown = pages.get(f"/jobs/{job.pk}").content.decode()
@@ -294,3 +312,24 @@ def test_an_administrator_reads_the_lost_work_summed_by_user_and_by_pool_and_can
     assert re.search(r"<td>stranger</td><td>1</td><td>1\.0\d</td>", page)
     attempt = Attempt.objects.first()
     assert client.post(f"/admin/jobs/attempt/{attempt.pk}/change/", {"lost_seconds": 0}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_completed_attempt_lost_nothing(make_job):
+    job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(hours=2))
+    attempt = close_attempt(job.pk, "exit status 0", completed=True)
+    assert attempt is not None and (attempt.lost_seconds, attempt.lost_node_hours, attempt.lost_steps) == (0.0, 0.0, 0)
+
+
+@pytest.mark.django_db
+def test_a_rebuild_of_a_rebuild_that_saved_nothing_resumes_from_the_first_ones_checkpoint(make_job):
+    first = make_job(name="first")
+    Checkpoint.objects.create(job=first, attempt=1, step=7, path="step-7.pt", url="obs://b/r/checkpoints/step-7.pt",
+                              size_bytes=1, file_count=1, saved_at=timezone.now())
+    second = make_job(name="second", resume_source=first, owner=first.owner)
+    third = make_job(name="third", resume_source=second, owner=first.owner)
+    assert third.launch_values().resume_from == "step-7.pt"
+    # A loop of sources (never made by the console, but not trusted either) ends.
+    first.resume_source = third
+    first.save(update_fields=["resume_source"])
+    assert third.launch_values().resume_from == "step-7.pt"

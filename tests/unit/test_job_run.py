@@ -10,6 +10,7 @@ JobRun does its database work on a thread of its own (sync_to_async), so these t
 """
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -234,16 +235,24 @@ def test_a_worker_lost_mid_run_fails_the_job_with_the_card_naming_the_worker_and
 
 def test_a_rank_that_ended_while_the_others_run_is_said_at_once_and_the_job_fails_after_the_grace(
         nodes, job, settings):
-    settings.RANK_EXIT_GRACE_SECONDS = 0.2
+    settings.RANK_EXIT_GRACE_SECONDS = 1.0
     nodes.exit_status = 1
-    nodes.rank_ends = {0: RankEnd(0, 0, "ended with exit code 1", 1764800000.0)}
+    # Its record's time is the job's own: one ahead of now is taken as now; ranks outside the plan are not taken.
+    ahead = time.time() + 3600
+    nodes.rank_ends = {0: RankEnd(0, 0, "ended with exit code 1", ahead), 99: RankEnd(99, 1, "ended with exit code 1", 0.0)}
+    job.max_restarts = 1
+    job.save(update_fields=["max_restarts"])
 
+    started = time.monotonic()
     job = run_job(job)
 
-    assert job.status == JobStatus.FAILED and job.restart_count == 0
+    assert time.monotonic() - started >= 1.0, "the job is ended after the grace, not before"
+    assert job.status == JobStatus.FAILED and job.restart_count == 0, "a rank's own end is not restarted"
     said = [event.message for event in job.events.filter(kind="rank-ended").order_by("id")]
-    assert said == ["Rank 0 (worker-0, node-a) ended with exit code 1 at 22:13:20 UTC; the other ranks are still running",
-                    "Rank 0 ended with exit code 1 and the job did not end within 0 s: ending its containers; the job fails"]
+    assert len(said) == 2 and re.fullmatch(r"Rank 0 \(worker-0, node-a\) ended with exit code 1 at \d\d:\d\d:\d\d UTC; "
+                                           r"the other ranks are still running", said[0]), said
+    assert said[1] == "Rank 0 ended with exit code 1 and the job did not end within 1 s: ending its containers; the job fails"
+    assert job.status_message.startswith("Rank 0 ended with exit code 1, and the other ranks waited for it")
     assert job.failure["kind"] != "node_lost", "the containers the run ended are not lost workers"
     assert nodes.teardowns[0] == [0, 1]
 

@@ -81,7 +81,7 @@ if [ -d "$home/.mpi/ranks" ] && command -v setpriv >/dev/null 2>&1; then
                 case "$rank" in ""|*[!0-9]*) continue ;; esac
                 [ -f "$record" ] || continue
                 grep -q "^stop=" "$record" && continue
-                ended=$(grep -m 1 -E "^(exit=[1-9][0-9]*|signal=[0-9]+)$" "$record")
+                ended=$(grep -m 1 -E "^(exit=[1-9][0-9]{0,2}|signal=[0-9]{1,2})$" "$record")
                 [ -n "$ended" ] && echo "rank-ended rank=$rank $ended at=$(date -r "$record" +%s)"
             done' sh "$home/.mpi/ranks" 2>/dev/null
     fi
