@@ -64,9 +64,9 @@ async def signal_worker(worker: WorkerPlan, signal: str) -> int:
     return int(last[0].removeprefix("signalled=")) if last[0].startswith("signalled=") and last[0][10:].isdigit() else 0
 
 
-async def signal_ranks(plan: JobPlan, signal: str, skip: frozenset[int] = frozenset()) -> int:
-    """Send `signal` to every rank on every worker (but the workers in `skip`); how many ranks got it."""
-    counts = await asyncio.gather(*(signal_worker(worker, signal) for worker in plan.workers if worker.index not in skip))
+async def signal_ranks(plan: JobPlan, signal: str) -> int:
+    """Send `signal` to every rank on every worker; how many ranks got it."""
+    counts = await asyncio.gather(*(signal_worker(worker, signal) for worker in plan.workers))
     return sum(counts)
 
 
@@ -107,7 +107,6 @@ class CheckpointWatch:
         # The manifest's text as last read, and the last claim recorded or refused: one look per change.
         self.last_text: str | None = None
         self.settled: CheckpointClaim | None = None
-        self.recorded = 0
         # When the last checkpoint was recorded (a notice's grace ends when one is recorded after it).
         self.recorded_at: datetime | None = None
         # One look at a time: the notice's and the periodic one must not both record the same checkpoint.
@@ -146,6 +145,5 @@ class CheckpointWatch:
         self.last_text, self.settled = text, claim
         url = self.output_sync.train_url.rstrip("/") + "/" + claim.output_path
         await self.record(FoundCheckpoint(claim, url, sum(files.values()), len(files)))
-        self.recorded += 1
         self.recorded_at = timezone.now()
         return True

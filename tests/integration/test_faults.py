@@ -25,6 +25,7 @@ from tests.integration.helpers import (
     TEST_OUTPUT,
     _node_run,
     code_dir_from_program,
+    submit_program,
     wait_for,
 )
 from tests.integration.test_log_streaming import (
@@ -293,13 +294,7 @@ def test_a_job_with_auto_restart_whose_worker_is_lost_runs_again_and_completes(a
 @pytest.mark.fault("a rank raises while the other ranks wait in a barrier (mpi4py finalizes, it does not abort)",
                    "the page says so at once; the job fails RANK_EXIT_GRACE_SECONDS later, its card naming the rank")
 def test_a_rank_that_dies_while_the_others_wait_is_said_at_once_and_fails_the_job_after_the_grace(api, console):
-    code_dir_from_program("rank-dies-alone", "rank_dies_alone.py")
-    response = api.post("/api/v1/training-jobs", {
-        "name": "rank-dies-alone", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": CLUSTER_NODES,
-        "code_dir": "rank-dies-alone", "boot_file": "rank_dies_alone.py", "max_restarts": 1}, format="json")
-    assert response.status_code == 201, response.content
-    job = TrainingJob.objects.get(pk=response.json()["id"])
-    job = wait_for(job, [JobStatus.FAILED], timeout=240)
+    job = wait_for(submit_program(api, "rank_dies_alone.py", max_restarts=1), [JobStatus.FAILED], timeout=240)
 
     said = [event.message for event in job.events.filter(kind="rank-ended").order_by("id")]
     assert said and said[0].startswith("Rank 0 (worker-0, ") and "raised PermissionError" in said[0], said
