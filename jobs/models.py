@@ -426,7 +426,8 @@ class LauncherDefaults(models.Model):
     )
     outputs_max_bytes = models.PositiveBigIntegerField(
         default=1024**3,
-        help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends."),
+        help_text=_("Bytes of a job's output directory (train_url on worker-0) the console keeps when the job ends. "
+                    "Applies to jobs created after the change."),
     )
     checkpoint_grace_max_seconds = models.PositiveIntegerField(
         default=600, validators=[MaxValueValidator(86400)],
@@ -614,6 +615,9 @@ class TrainingJob(models.Model):
     # The log cap the job runs with (copied from LauncherDefaults; taken when its log starts if not set),
     # the bytes of output it counts, and the output lines it kept out once reached.
     log_cap_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    # The bytes of train_url the console keeps when the job ends, copied from LauncherDefaults when it was created,
+    # so that an administrator's later change leaves the jobs already submitted as they were.
+    outputs_max_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     log_bytes = models.PositiveBigIntegerField(default=0)
     log_lines_dropped = models.PositiveBigIntegerField(default=0)
     # Touched every few seconds by the run that owns the job; a stale one means that run is gone.
@@ -754,6 +758,12 @@ class TrainingJob(models.Model):
             return None
         return (Checkpoint.objects.filter(job_id__in=sources, job__owner_id=self.owner_id)
                 .order_by("-saved_at", "-id").first())
+
+    def outputs_limit(self) -> int:
+        """The bytes of train_url kept when the job ends: its own, or the admin setting for a job made without one."""
+        if self.outputs_max_bytes is not None:
+            return self.outputs_max_bytes
+        return LauncherDefaults.current().outputs_max_bytes
 
     def parameter_pairs(self) -> tuple[tuple[str, str], ...]:
         """The program's parameters, in order, as (name, value)."""

@@ -37,7 +37,6 @@ from jobs.logs.store import RunTakenOver, service_line
 from jobs.models import (
     JobEvent,
     JobStatus,
-    LauncherDefaults,
     RunOutcome,
     TrainingJob,
     Worker,
@@ -133,14 +132,14 @@ def _has_object_outputs(job_id: int) -> bool:
     return bool(object_url_of(TrainingJob.objects.get(pk=job_id).parameter_pairs(), "train_url"))
 
 
-def _outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:
-    """(train_url, its path in the container, the size limit, whether the job ran to its end), or None without one."""
-    job = TrainingJob.objects.only("parameters", "status").get(pk=job_id)
+def outputs_request(job_id: int, working_dir: str) -> tuple[str, str | None, int, bool] | None:
+    """(train_url, its path in the container, the size limit the job was created with, whether the job ran to its
+    end), or None without one."""
+    job = TrainingJob.objects.only("parameters", "status", "outputs_max_bytes").get(pk=job_id)
     train_url = train_url_of(job.parameters)
     if not train_url:
         return None
-    limit = LauncherDefaults.current().outputs_max_bytes
-    return train_url, container_path(train_url, working_dir), limit, job.status == JobStatus.RUNNING
+    return train_url, container_path(train_url, working_dir), job.outputs_limit(), job.status == JobStatus.RUNNING
 
 
 class JobRun(RunData):
@@ -498,7 +497,7 @@ class JobRun(RunData):
         if self.output_sync is not None or await in_database(_has_object_outputs, self.job_id):
             await self.upload_outputs_before_the_end()
             return
-        request = await in_database(_outputs_request, self.job_id, self.plan.working_dir)
+        request = await in_database(outputs_request, self.job_id, self.plan.working_dir)
         if request is None:
             return
         train_url, remote_dir, limit, ran_to_end = request

@@ -56,6 +56,7 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         mca_args=defaults.mca_args,
         tune_prefixes=defaults.tune_prefixes,
         log_cap_bytes=defaults.log_cap_bytes,
+        outputs_max_bytes=defaults.outputs_max_bytes,
     )
 
 
