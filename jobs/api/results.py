@@ -24,6 +24,7 @@ from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_pa
 from jobs.results.metrics import default_metric_definitions, downsample
 from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
+from jobs.results.watchdog import watchdog_limit
 from jobs.submission.access import visible_jobs
 
 from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
@@ -58,7 +59,8 @@ def outcome_data(job) -> dict:
     ]
     hung = None
     if job.suspected_hung_since:
-        hung = {"since": job.suspected_hung_since, "watchdog_seconds": job.watchdog_seconds, "ranks": job.silent_ranks}
+        hung = {"since": job.suspected_hung_since, "watchdog_seconds": watchdog_limit(job.watchdog_seconds),
+                "ranks": job.silent_ranks}
     return {
         "id": job.pk,
         "status": job.status,

@@ -242,7 +242,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False,
                                 help_text="Environment variables of every rank, NAME: value (MA_ names are the platform's).")
     metrics = MetricDefinitionSerializer(source="metric_definitions", many=True, required=False, help_text=(
-        "How metrics are read from the log; none given means the defaults (loss, accuracy)."))
+        "How metrics are read from the log; none given (an empty list) means the defaults (loss, accuracy)."))
     workers = WorkerSerializer(many=True, read_only=True, help_text="One per node, once allocated.")
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True,
                                               help_text="Seconds since it started running, or that it ran.")
@@ -284,7 +284,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "auto_stop_hours": {"help_text": "Stop the job after this many hours (1-72); null for never.",
                                 "min_value": 1, "max_value": 72},
             "watchdog_seconds": {"help_text": "Seconds a rank may print nothing before the job is suspected hung "
-                                              "(0: no watchdog; omitted: the administrator's default).",
+                                              "(0: no watchdog; omitted or null: the administrator's default, "
+                                              "read when the job runs).",
                                  "min_value": 0, "max_value": 7 * 24 * 3600},
             "max_restarts": {"help_text": "Auto restart: how many more attempts a job that fails for a restartable "
                                           "reason (a node or worker lost, NCCL or the network, a rank killed by a "

@@ -27,6 +27,7 @@ from jobs.launch.plan import worker_of_rank
 from jobs.logs.store import StoredLogLine, lines_after, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
 from jobs.results.metrics import MetricExtractor, default_metric_definitions
+from jobs.results.watchdog import watchdog_limit
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class WatchedJob(TypedDict):
     status: str
     started_at: datetime | None
     auto_stop_hours: int | None
-    watchdog_seconds: int | None
+    watchdog_seconds: int | None  # the user's choice; None: the administrator's default
     log_lines_dropped: int
 
 
@@ -238,7 +239,8 @@ class RunMonitor:
             TrainingJob.objects.filter(pk=self.job_id).update(final_metrics=final)
 
     def watch(self, job: WatchedJob, now: datetime) -> StopRequest | None:
-        seconds = job["watchdog_seconds"]
+        defaults = LauncherDefaults.current()
+        seconds = watchdog_limit(job["watchdog_seconds"], defaults)
         # Past the log cap the output is no longer stored, so silence can no longer be told from it.
         if not seconds or job["log_lines_dropped"]:
             return None
@@ -246,7 +248,7 @@ class RunMonitor:
         if silent != self.silent:
             self._record_silence(silent, seconds, now)
         self.silent = silent
-        if silent and LauncherDefaults.current().watchdog_may_stop:
+        if silent and defaults.watchdog_may_stop:
             ranks = ", ".join(str(rank) for rank in silent)
             return StopRequest(StopReason.WATCHDOG,
                                f"Stopped by the watchdog: rank(s) {ranks} printed nothing for more than {seconds} s")

@@ -205,6 +205,8 @@ class TrainingJobForm(forms.Form):
             "extra_args": job.extra_args,
             "auto_stop": "" if hours is None else (str(hours) if hours in AUTO_STOP_PRESETS else "custom"),
             "auto_stop_custom": hours if hours is not None and hours not in AUTO_STOP_PRESETS else None,
+            # What the user chose only (empty: the defaults, see job_from_form), so the copy follows the defaults
+            # of the day it is submitted.
             "metrics": job.metric_definitions,
             "watchdog_seconds": job.watchdog_seconds,
             "max_restarts": job.max_restarts,

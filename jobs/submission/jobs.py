@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL
 from jobs.models import JobEvent, LauncherDefaults, TrainingJob
-from jobs.results.metrics import default_metric_definitions
 from jobs.submission import task_queue
 from jobs.submission.access import STOP_OTHERS, ensure_may, visible_jobs
 from jobs.submission.forms import TrainingJobForm
@@ -49,8 +48,10 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         checkpoint_grace_seconds=data.get("checkpoint_grace_seconds") or 0,
         checkpoint_signal=data.get("checkpoint_signal") or DEFAULT_NOTICE_SIGNAL,
         resume_source_id=data.get("resume_from_job") or None,
-        metric_definitions=data.get("metrics") or default_metric_definitions(),
-        watchdog_seconds=defaults.watchdog_seconds if data.get("watchdog_seconds") is None else data["watchdog_seconds"],
+        # Only what the user chose: no metrics means the defaults and no watchdog time the administrator's, each
+        # read when it is used, so a Rebuild copies the choices and the copy follows the defaults of its own day.
+        metric_definitions=data.get("metrics") or [],
+        watchdog_seconds=data.get("watchdog_seconds"),
         bind_args=defaults.bind_args,
         x_args=defaults.x_args,
         mca_args=defaults.mca_args,

@@ -12,6 +12,7 @@ from jobs.pages.display import PREPARATION_STEPS, badge, translated_message
 from jobs.results.checkpoints import lost_work_words
 from jobs.results.failure_card import plain_words
 from jobs.results.rank_records import describe_outcome
+from jobs.results.watchdog import watchdog_limit as job_watchdog_limit
 
 register = template.Library()
 
@@ -84,6 +85,12 @@ def job_cause(job) -> dict | None:
         "mpirun": mpirun,
         "has_card": bool(card),
     }
+
+
+@register.filter
+def watchdog_limit(job) -> int:
+    """The silence the job's watchdog allows: the user's choice, else the administrator's default (0: off)."""
+    return job_watchdog_limit(job.watchdog_seconds)
 
 
 @register.filter
