@@ -163,9 +163,13 @@ def earliest_start(job: TrainingJob) -> datetime | None:
     return ends[missing - 1] if len(ends) >= missing else None
 
 
+def runnable_nodes(spec, pool):
+    """The nodes a job of this spec and pool could ever have (enabled ones, busy or not)."""
+    return nodes_for(TrainingJob(spec=spec, pool=pool)).filter(enabled=True)
+
+
 def runnable_node_count(spec, pool) -> int:
-    """How many nodes a job of this spec and pool could ever have (enabled ones, busy or not)."""
-    return nodes_for(TrainingJob(spec=spec, pool=pool)).filter(enabled=True).count()
+    return runnable_nodes(spec, pool).count()
 
 
 def jobs_ahead(job: TrainingJob):

@@ -6,6 +6,7 @@ these facts and their contradictions.
 
 import re
 import shlex
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, TypedDict
 
 from jobs.models import Network
@@ -111,6 +112,15 @@ def matching_interfaces(wanted: list[str], present: list[str]) -> list[str]:
         return name == entry[1:] if entry.startswith("=") else bool(entry) and name.startswith(entry)
 
     return [name for name in candidates if any(matches(name, entry) for entry in wanted)]
+
+
+def shared_interfaces(reports: Iterable[NodeFacts]) -> list[str] | None:
+    """The network interfaces every node that reported its interfaces has, sorted; None when none did (nodes
+    never checked: a Slurm pool's may have no facts)."""
+    reported = [set(facts["interfaces"]) for facts in reports if facts and facts.get("interfaces")]
+    if not reported:
+        return None
+    return sorted(set.intersection(*reported))
 
 
 def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:

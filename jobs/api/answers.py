@@ -64,7 +64,8 @@ class OutcomeSerializer(serializers.Serializer):
     stop_reason = serializers.CharField(allow_blank=True, help_text="Who stopped it: the user (empty), auto_stop or watchdog.")
     suspected_hung = HungSerializer(allow_null=True, help_text="Set while the watchdog suspects the job hangs.")
     ranks = RankEndSerializer(many=True, help_text="Each rank's end, as its node recorded it.")
-    failure = free_form("The \"why it failed\" card (first failure: worker, node, exception or signal, last lines); "
+    failure = free_form("The \"why it failed\" card (first failure: worker, node, exception or signal, last lines, "
+                        "mpirun's and Open MPI's own words); "
                         "null for a job that did not fail.", allow_null=True)
     cleanup = free_form("What the teardown found on each node: {checked_at, clean, workers: [...]}; null before it.",
                         allow_null=True)

@@ -345,16 +345,8 @@ def _given_options(field_name: str, args: Sequence[str], arity: Callable[[str, i
         position += 1 + len(values)
 
 
-def check_mpirun_options(field_name: str, text: str) -> list[str]:
-    """mpirun options as anyone's list may hold them, as arguments: the administrator's defaults, and a job's
-    arguments again at launch (the users' allow-list is validate_extra_args, at submission).
-
-    Refuses a word that is no option's value (it would replace the program), options nobody gives
-    (NEVER_OPTIONS), reserved MCA parameters and variable names, a map-by that oversubscribes, and option
-    values outside SAFE_VALUE_RE (but -x's, which never reach a shell).
-    """
-    _check_text(field_name, text)
-    args = split_args(field_name, text)
+def _anyones_arity(args: Sequence[str]) -> Callable[[str, int], int]:
+    """How many values each option of `args` takes, for options of any list (not the users' alone)."""
 
     def arity(key: str, position: int) -> int:
         if key in MCA_OPTIONS:
@@ -366,7 +358,20 @@ def check_mpirun_options(field_name: str, text: str) -> list[str]:
         following = args[position + 1] if position + 1 < len(args) else None
         return 1 if following is not None and following != "--" and not OPTION_RE.match(following) else 0
 
-    for option in _given_options(field_name, args, arity):
+    return arity
+
+
+def check_mpirun_options(field_name: str, text: str) -> list[str]:
+    """mpirun options as anyone's list may hold them, as arguments: the administrator's defaults, and a job's
+    arguments again at launch (the users' allow-list is validate_extra_args, at submission).
+
+    Refuses a word that is no option's value (it would replace the program), options nobody gives
+    (NEVER_OPTIONS), reserved MCA parameters and variable names, a map-by that oversubscribes, and option
+    values outside SAFE_VALUE_RE (but -x's, which never reach a shell).
+    """
+    _check_text(field_name, text)
+    args = split_args(field_name, text)
+    for option in _given_options(field_name, args, _anyones_arity(args)):
         if option.key in MCA_OPTIONS:
             _check_mca(field_name, option.word, *option.values)
         elif option.key == EXPORT_OPTION:
@@ -375,6 +380,42 @@ def check_mpirun_options(field_name: str, text: str) -> list[str]:
             _check_safe_value(field_name, option.word, option.values[0])
             _check_placement(field_name, option.word, option.key, option.values[0])
     return args
+
+
+@dataclass(frozen=True)
+class McaSetting:
+    """One MCA parameter as mpirun options give it: `--mca btl_tcp_if_include eth0` (`word` is the option as
+    spelled: --mca, -mca, --gmca)."""
+
+    word: str
+    name: str
+    value: str
+
+    @property
+    def given(self) -> str:
+        return f"{self.word} {self.name} {self.value}"
+
+
+def mca_settings(text: str) -> list[McaSetting]:
+    """The MCA parameters mpirun options set, in order; none for text mpirun would not take (the checks above
+    say why)."""
+    try:
+        args = split_args("", text)
+        return [McaSetting(option.word, *option.values)
+                for option in _given_options("", args, _anyones_arity(args)) if option.key in MCA_OPTIONS]
+    except CommandError:
+        return []
+
+
+# The MCA parameters that name network interfaces, each a comma list of interface names or of networks in
+# CIDR notation (Open MPI reads an entry that starts with a digit as a network: "192.168.0.0/16").
+INTERFACE_MCA_PARAMS = ("btl_tcp_if_include", "btl_tcp_if_exclude", "oob_tcp_if_include", "oob_tcp_if_exclude")
+
+
+def interfaces_named(text: str) -> list[tuple[McaSetting, str]]:
+    """Each interface mpirun options name by its name, with the setting that names it; networks are left out."""
+    return [(setting, entry) for setting in mca_settings(text) if setting.name in INTERFACE_MCA_PARAMS
+            for entry in setting.value.split(",") if entry and not entry[0].isdigit() and "/" not in entry]
 
 
 def _check_user_mca(field_name: str, word: str, name: str, value: str, rule: OptionRule) -> None:

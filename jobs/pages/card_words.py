@@ -24,6 +24,7 @@ SHAPES = (
     gettext_noop("no exit status recorded"),
     gettext_noop("exit code %(code)s: killed, most often for running out of memory"),
     gettext_noop("exit code 139: a segmentation fault, often a library conflict"),
+    gettext_noop("exit code 139: a segmentation fault"),
     gettext_noop("exit code 127: the program or its interpreter was not found"),
     gettext_noop("exit code 126: the program could not be executed"),
     gettext_noop("exit code %(code)s"),
@@ -32,6 +33,8 @@ SHAPES = (
     gettext_noop("worker-%(worker)s was stopped at its disk limit"),
     gettext_noop("A node was lost mid-job: %(node)s"),
     gettext_noop("A node was lost mid-job"),
+    gettext_noop("mpirun failed after Open MPI warned about OPENMPI_EXTRA_ARGS"),
+    gettext_noop("%(who)s failed after Open MPI warned about OPENMPI_EXTRA_ARGS"),
     gettext_noop("mpirun could not start or reach its daemon on %(node)s"),
     gettext_noop("mpirun could not start or reach its daemon"),
     gettext_noop("mpirun found not enough slots for the processes asked for"),
@@ -75,6 +78,9 @@ SHAPES = (
                  "processes per node."),
     gettext_noop("Exit code 139 often comes from a library conflict (CUDA, NCCL or MPI libraries of different versions)."),
     gettext_noop("mpirun saw a rank exit without calling MPI finalize: every rank must reach the end together."),
+    gettext_noop("Open MPI's words above are about %(setting)s, given in OPENMPI_EXTRA_ARGS: the likely cause. Correct it "
+                 "or leave it out, then rebuild the job."),
+    gettext_noop("Open MPI warned before the failure (its words are quoted above): they may explain it."),
     gettext_noop("worker-%(worker)s: it passed its disk limit of %(limit)s: its home and its container's own files hold "
                  "%(used)s"),
     gettext_noop("worker-%(worker)s: it passed its disk limit: its node's disk has %(free)s free, under the "

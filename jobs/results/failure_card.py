@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from jobs.launch.command_builder import McaSetting, mca_settings
 from jobs.launch.plan import worker_of_rank
-from jobs.results.mpirun_report import MpirunReport, parse_mpirun_output
-from jobs.results.rank_records import RankRecord, describe_end
+from jobs.results.mpirun_report import MpirunReport, mentions, openmpi_messages, parse_mpirun_output
+from jobs.results.rank_records import SEGFAULT_GUESS, RankRecord, describe_end
 
 # How many of the failing rank's last lines the card shows.
 LAST_LINES_SHOWN = 12
@@ -98,6 +99,8 @@ class FailureCard(TypedDict):
     mpirun: str
     nccl: list[str]
     hints: list[str]
+    # Open MPI's warnings (and what it said of the job's own MCA settings), each message as it printed it.
+    openmpi: list[str]
 
 
 @dataclass
@@ -114,6 +117,8 @@ class FailureFacts:
     nodes: dict[int, str] = field(default_factory=dict)  # worker index -> node name
     records: dict[int, RankRecord] = field(default_factory=dict)
     mpirun_lines: list[str] = field(default_factory=list)
+    mpirun_opening: list[str] = field(default_factory=list)  # mpirun's first lines: where Open MPI warns
+    extra_args: str = ""  # the job's OPENMPI_EXTRA_ARGS
     first_error_rank: int | None = None  # the rank of the log's first traceback or NCCL error line
     rank_tail: list[str] = field(default_factory=list)  # the failing rank's last lines
     nccl_lines: list[str] = field(default_factory=list)
@@ -142,7 +147,7 @@ def explain_failure(facts: FailureFacts) -> FailureCard:
         kind="unknown", title="", rank=rank, worker=None, node="", how="",
         exit_code=facts.exit_code, signal=None, exception="", where="",
         last_lines=facts.rank_tail[-LAST_LINES_SHOWN:], others=[], mpirun=report.excerpt,
-        nccl=facts.nccl_lines[:5], hints=[],
+        nccl=facts.nccl_lines[:5], hints=[], openmpi=[],
     )
     end_kind = ""
     if rank is not None:
@@ -163,8 +168,24 @@ def explain_failure(facts: FailureFacts) -> FailureCard:
         if exception:
             card["exception"], card["where"] = exception
     card["others"] = _others(facts, rank)
-    _classify(card, CardContext(facts, report, end_kind, _who(card)))
+    settings = mca_settings(facts.extra_args)
+    card["openmpi"] = openmpi_messages(facts.mpirun_opening, _words_of(settings))
+    blamed = [setting for setting in settings
+              if any(mentions(message, word) for message in card["openmpi"] for word in _words_of([setting]))]
+    _classify(card, CardContext(facts, report, end_kind, _who(card), blamed))
     return card
+
+
+# A value this short (a 1, an on) says nothing of which setting a message is about.
+MIN_VALUE_MENTIONED = 3
+
+
+def _words_of(settings: list[McaSetting]) -> tuple[str, ...]:
+    """What Open MPI would name in a message about these settings: the parameters, and their values."""
+    words = [setting.name for setting in settings]
+    words += [setting.value for setting in settings if len(setting.value) >= MIN_VALUE_MENTIONED]
+    words += [entry for setting in settings for entry in setting.value.split(",") if len(entry) >= MIN_VALUE_MENTIONED]
+    return tuple(dict.fromkeys(words))
 
 
 @dataclass(frozen=True)
@@ -173,6 +194,8 @@ class CardContext:
     report: MpirunReport
     end_kind: str  # describe_end's kind for the failing rank, "" without one
     who: str  # "Rank 3 (worker-1, node-b)", "" without a failing rank
+    # The job's own MCA settings (OPENMPI_EXTRA_ARGS) that Open MPI's messages name.
+    blamed: list[McaSetting] = field(default_factory=list)
 
     @property
     def lost_worker(self) -> int | None:
@@ -221,6 +244,27 @@ def _disk_hints(context: CardContext) -> list[str]:
         "write large outputs to shared storage, or ask for a spec with a larger disk."]
 
 
+def _blames_extra_args(context: CardContext, card: FailureCard) -> bool:
+    """Open MPI spoke of a setting of OPENMPI_EXTRA_ARGS, and nothing else explains the failure better: it
+    warns and goes on without the setting (an unknown interface: no TCP between the nodes), and the ranks then
+    crash, abort or cannot start, in ways that do not say why. A rank that ran out of memory, could not be found
+    or raised an exception of its own (not MPI's) failed for its own reasons."""
+    if not context.blamed or context.end_kind in ("oom", "not_found"):
+        return False
+    return not card["exception"] or "MPI" in card["exception"]
+
+
+def _extra_args_title(context: CardContext) -> str:
+    if context.who:
+        return f"{context.who} failed after Open MPI warned about OPENMPI_EXTRA_ARGS"
+    return "mpirun failed after Open MPI warned about OPENMPI_EXTRA_ARGS"
+
+
+def _extra_args_hints(context: CardContext) -> list[str]:
+    return [f"Open MPI's words above are about {setting.given}, given in OPENMPI_EXTRA_ARGS: the likely cause. "
+            "Correct it or leave it out, then rebuild the job." for setting in context.blamed]
+
+
 def _silent(context: CardContext) -> str:
     return ", ".join(str(rank) for rank in context.facts.silent_ranks) or "?"
 
@@ -243,6 +287,8 @@ RULES: tuple[Rule, ...] = (
     Rule("disk_limit", lambda c, card: _disk_worker(c) is not None, lambda c, card: _disk_title(c), _disk_hints),
     Rule("node_lost", lambda c, card: c.report.kind == "daemon_lost" or c.lost_worker is not None,
          lambda c, card: f"A node was lost mid-job{': ' + _lost_node(c) if _lost_node(c) else ''}", _lost_hints),
+    # Before the launch's and the ranks' troubles: a setting Open MPI refused explains them.
+    Rule("openmpi_options", _blames_extra_args, lambda c, card: _extra_args_title(c), _extra_args_hints),
     Rule("mpirun_launch", lambda c, card: c.report.kind in ("daemon_failed", "daemon_start", "unreachable"),
          lambda c, card: f"mpirun could not start or reach its daemon{_on(c.report.node)}",
          lambda c: ["mpirun reaches the other workers over SSH on the job's port: check that every worker's "
@@ -288,6 +334,13 @@ def _classify(card: FailureCard, context: CardContext) -> None:
     else:
         card["kind"], card["title"] = rule.kind, rule.title(context, card)
         card["hints"].extend(rule.hints(context))
+    if card["kind"] == "openmpi_options":
+        # The crash has its cause: not the library conflict exit code 139 is guessed to come from.
+        card["how"] = card["how"].replace(SEGFAULT_GUESS, "")
+        for group in card["others"]:
+            group["what"] = group["what"].replace(SEGFAULT_GUESS, "")
+    elif card["openmpi"]:
+        card["hints"].append("Open MPI warned before the failure (its words are quoted above): they may explain it.")
     if context.report.kind == "improper_exit":
         card["hints"].append("mpirun saw a rank exit without calling MPI finalize: every rank must reach the end together.")
 

@@ -1,4 +1,5 @@
-"""mpirun's own words: the first failure it names in its untagged lines (a lost daemon, a rank's signal...).
+"""mpirun's own words: the first failure it names in its untagged lines (a lost daemon, a rank's signal...),
+and the messages Open MPI framed in lines of dashes (its warnings: an unknown interface, a parameter it ignored).
 
 Pure.
 """
@@ -59,3 +60,47 @@ def _excerpt(text: str, match: re.Match) -> str:
     end = text.find("\n-----", match.end())
     block = text[start + 6 if start >= 0 else match.start(): end if end >= 0 else match.end()]
     return "\n".join(line for line in block.strip().splitlines()[:12])
+
+
+
+# Open MPI prints each of its help messages between two lines of dashes (74 of them).
+FRAME_LINE = re.compile(r"^-{20,}\s*$")
+WARNING_START = "WARNING:"
+MESSAGES_KEPT = 3
+MESSAGE_LINES_KEPT = 12
+
+
+def framed_messages(lines: list[str]) -> list[str]:
+    """The messages Open MPI framed in lines of dashes, in order. The lines must begin outside a frame (mpirun's
+    first lines do): which dash line opens a frame and which closes one is told by counting."""
+    messages: list[str] = []
+    body: list[str] | None = None
+    for line in lines:
+        if FRAME_LINE.match(line):
+            if body is None:
+                body = []
+                continue
+            while body and not body[-1].strip():
+                body.pop()
+            if body:
+                messages.append("\n".join(line.rstrip() for line in body[:MESSAGE_LINES_KEPT]))
+            body = None
+        elif body is not None:
+            body.append(line)
+    return messages
+
+
+def mentions(text: str, word: str) -> bool:
+    """Whether `word` stands in the text as a word of its own (a name, a value), not inside a longer one."""
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w.-])", text) is not None
+
+
+def openmpi_messages(lines: list[str], words: tuple[str, ...] = ()) -> list[str]:
+    """Open MPI's warnings among mpirun's first lines, and the framed messages that mention one of `words` (a
+    job's own MCA parameters and values: what Open MPI says of them is not always a warning), each once."""
+    kept: list[str] = []
+    for message in framed_messages(lines):
+        warns = message.lstrip().startswith(WARNING_START)
+        if (warns or any(mentions(message, word) for word in words)) and message not in kept:
+            kept.append(message)
+    return kept[:MESSAGES_KEPT]

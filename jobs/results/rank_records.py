@@ -72,6 +72,10 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+# What exit code 139 most often comes from; a failure card that knows the cause leaves the guess out.
+SEGFAULT_GUESS = ", often a library conflict"
+
+
 def describe_end(exit_code: int | None, signal: int | None) -> tuple[str, str]:
     """(kind, words) for an end: kind is one of exit_code, oom, segfault, signal, not_found, ok, unknown."""
     if signal:
@@ -88,7 +92,7 @@ def describe_end(exit_code: int | None, signal: int | None) -> tuple[str, str]:
     if exit_code in (137, 247):
         return "oom", f"exit code {exit_code}: killed, most often for running out of memory"
     if exit_code == 139:
-        return "segfault", "exit code 139: a segmentation fault, often a library conflict"
+        return "segfault", f"exit code 139: a segmentation fault{SEGFAULT_GUESS}"
     if exit_code == 127:
         return "not_found", "exit code 127: the program or its interpreter was not found"
     if exit_code == 126:

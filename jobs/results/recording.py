@@ -16,6 +16,9 @@ from jobs.results.failure_card import (
 from jobs.results.mpirun_report import parse_mpirun_output
 from jobs.results.rank_records import RankRecord
 
+# How many of mpirun's own first lines are read for Open MPI's warnings.
+MPIRUN_OPENING_LINES = 300
+
 
 def launched_rank_workers(job: TrainingJob) -> tuple[int, ...]:
     """Where the job's ranks were put when it was launched (kept with its cursor); computed from the job as
@@ -67,6 +70,9 @@ def gather_failure_facts(job_id: int, outcome: str, exit_code: int | None, run_m
     # mpirun's error blocks come last; its untagged lines are few next to the ranks'.
     mpirun_lines = [text for text in lines.filter(rank__isnull=True).exclude(stream=LogStream.SYSTEM)
                     .order_by("-seq").values_list("text", flat=True)[:400]][::-1]
+    # Open MPI warns as the ranks start: its first lines, which the last ones above may not reach.
+    mpirun_opening = list(lines.filter(rank__isnull=True).exclude(stream=LogStream.SYSTEM)
+                          .order_by("seq").values_list("text", flat=True)[:MPIRUN_OPENING_LINES])
     first_error = (lines.filter(rank__isnull=False)
                    .filter(text__contains=TRACEBACK_START).order_by("seq").values_list("rank", flat=True).first())
     nccl = [text for text in lines.filter(text__contains="NCCL").order_by("seq").values_list("text", flat=True)[:2000]
@@ -76,7 +82,8 @@ def gather_failure_facts(job_id: int, outcome: str, exit_code: int | None, run_m
         stop_message=job.status_message if job.stop_reason else "",
         rank_workers=rank_workers,
         nodes=dict(job.workers.values_list("index", "node_name")),
-        records=records, mpirun_lines=mpirun_lines, first_error_rank=first_error, nccl_lines=nccl,
+        records=records, mpirun_lines=mpirun_lines, mpirun_opening=mpirun_opening, extra_args=job.extra_args,
+        first_error_rank=first_error, nccl_lines=nccl,
         silent_ranks=[item["rank"] for item in job.silent_ranks], lost_workers=lost_workers,
     )
     rank = first_failed_rank(parse_mpirun_output(mpirun_lines), records, first_error)

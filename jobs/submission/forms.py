@@ -11,7 +11,7 @@ from django.db.models import Case, IntegerField, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from jobs.allocation import runnable_node_count
+from jobs.allocation import runnable_node_count, runnable_nodes
 from jobs.code_dirs.service import python_files
 from jobs.launch.checkpoint_contract import NOTICE_SIGNALS
 from jobs.launch.command_builder import (
@@ -20,11 +20,13 @@ from jobs.launch.command_builder import (
     CommandError,
     allowed_options,
     boot_file_path,
+    interfaces_named,
     validate_extra_args,
 )
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
 from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec, TrainingJob
+from jobs.node_facts import shared_interfaces
 from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.submission.access import visible_code_dirs
@@ -397,6 +399,8 @@ class TrainingJobForm(forms.Form):
             if node_count > available:
                 self.add_error("node_count", _("The pool has %(count)s node(s) of this spec; ask for at most that many.")
                                % {"count": available})
+        if spec and cleaned.get("extra_args") and "pool" not in self.errors:
+            self._check_interfaces(cleaned["extra_args"], spec, cleaned.get("pool"))
         named = {item["name"] for item in cleaned.get("parameters") or []}
         for key in ("data_url", "train_url"):
             if cleaned.get(key) and key in named:
@@ -410,6 +414,25 @@ class TrainingJobForm(forms.Form):
         if "auto_stop" in self.data:
             self._resolve_auto_stop(cleaned)
         return cleaned
+
+    def _check_interfaces(self, extra_args: str, spec, pool) -> None:
+        """An interface OPENMPI_EXTRA_ARGS names (btl_tcp_if_include and the like) must be one every node the job
+        may run on has, as their health checks reported (the containers share the node's network): Open MPI
+        only warns of an unknown one, ignores the setting, and the ranks then fail in ways that do not say why.
+        Nodes that reported nothing (a Slurm pool's may not) are not held against the job."""
+        named = interfaces_named(extra_args)
+        if not named:
+            return
+        known = shared_interfaces(runnable_nodes(spec, pool).values_list("health", flat=True))
+        if known is None:
+            return
+        for setting, interface in named:
+            if interface not in known:
+                self.add_error("extra_args", _(
+                    "%(setting)s: %(interface)s is not a network interface of every node this job may run on "
+                    "(interfaces they all have: %(known)s).") % {
+                        "setting": setting.name, "interface": interface, "known": ", ".join(known) or "–"})
+                return
 
     def _check_checkpoint_choices(self, cleaned: dict) -> None:
         grace = cleaned.get("checkpoint_grace_seconds")
