@@ -14,3 +14,6 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include("jobs.urls")),
 ]
+
+# Django's 500 page, but a 503 with Retry-After when the database was away outside a view (console.database_busy).
+handler500 = "console.database_busy.server_error"

@@ -573,8 +573,10 @@ class TrainingJobAdmin(admin.ModelAdmin):
     @admin.action(description=_("Stop the selected jobs"), permissions=["stop"])
     def stop_selected(self, request, queryset):
         stopped, refused = 0, []
-        for job in queryset:
-            with transaction.atomic():
+        # One transaction for all of them: a database that cannot take it (console.database_busy answers) leaves
+        # every job as it was, rather than some stopped and the rest not.
+        with transaction.atomic():
+            for job in queryset:
                 try:
                     request_stop(job, by=request.user.get_username())
                     stopped += 1
@@ -601,15 +603,18 @@ def confirm_force_release(model_admin, request, queryset, action: str, release, 
             **model_admin.admin_site.each_context(request), "title": _("Force release?"), "items": list(queryset),
             "explanation": explanation, "action": action, "back": request.get_full_path()})
     released, refused = [], []
-    for item in queryset:
-        try:
-            release(item, request.user)
-            released.append(str(item))
-        except IllegalTransition as error:
-            refused.append(f"{item}: {error}")
+    # All or nothing, as a stop of several jobs is.
+    with transaction.atomic():
+        for item in queryset:
+            try:
+                release(item, request.user)
+                released.append(str(item))
+            except IllegalTransition as error:
+                refused.append(f"{item}: {error}")
+        if released:
+            transaction.on_commit(task_queue.check_nodes_soon)
     if released:
         model_admin.message_user(request, _("Force released: %(items)s") % {"items": ", ".join(released)})
-        transaction.on_commit(task_queue.check_nodes_soon)
     if refused:
         model_admin.message_user(request, _("Not released: %(items)s") % {"items": "; ".join(refused)}, messages.WARNING)
     return None

@@ -12,6 +12,7 @@ from celery.signals import worker_ready
 from django.core.cache import cache
 from django.db import transaction
 
+from console.database_busy import DATABASE_UNAVAILABLE
 from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
 from jobs.models import Node, ResourcePool
@@ -60,7 +61,14 @@ def run_job(job_id: int) -> None:
         dispatch_pending_jobs.delay()
 
 
-@shared_task(ignore_result=True)
+# A database that cannot take the stop's writes just now (locked past its busy timeout, away) has the stop tried
+# again, backing off to a minute, for about a quarter of an hour, rather than dropped: the job stays Terminating
+# meanwhile, and its end is written by whoever ends its containers (this task, its run, or after it the reaper).
+STOP_RETRIES = 20
+
+
+@shared_task(ignore_result=True, autoretry_for=DATABASE_UNAVAILABLE, retry_backoff=2, retry_backoff_max=60,
+             max_retries=STOP_RETRIES)
 def stop_job(job_id: int) -> None:
     run.stop_running_job(job_id)
 

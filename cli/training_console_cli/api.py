@@ -20,10 +20,29 @@ from .errors import BadInput, CliError
 API = "/api/v1"
 TIMEOUT_SECONDS = 60
 SUBMIT_ATTEMPTS = 3
+# A 503 (the console's database busy: nothing was done) is sent again after its Retry-After, this many times in
+# all, each wait at most BUSY_WAIT_MAX_SECONDS (BUSY_WAIT_SECONDS when the answer names none).
+BUSY_ATTEMPTS = 4
+BUSY_WAIT_SECONDS = 5
+BUSY_WAIT_MAX_SECONDS = 30
 
 
 class Unreachable(CliError):
     """The console did not answer (refused, reset, timed out): the request may be tried again."""
+
+
+class Busy(CliError):
+    """A 503: the console could not take the request just now and did nothing; `wait` seconds, it says."""
+
+    def __init__(self, message: str, wait: float):
+        super().__init__(message)
+        self.wait = wait
+
+
+def retry_after(value: str | None) -> float:
+    """Retry-After's seconds (the console sends a number; a date or nothing gets the default), within bounds."""
+    seconds = int(value) if value and value.strip().isdigit() else BUSY_WAIT_SECONDS
+    return min(seconds, BUSY_WAIT_MAX_SECONDS)
 
 
 def error_text(body: bytes, status: int) -> str:
@@ -101,7 +120,28 @@ class Client:
     def open(self, method: str, path: str, *, query: dict | None = None, body: bytes | IO[bytes] | None = None,
              headers: dict | None = None, timeout: float = TIMEOUT_SECONDS, to_object_store: bool = False):
         """The response, open; a refusal raises CliError (BadInput for the 4xx that mean the request was wrong).
-        `to_object_store`: a redirect elsewhere raises ElsewhereRedirect (a file the console keeps in a store)."""
+        `to_object_store`: a redirect elsewhere raises ElsewhereRedirect (a file the console keeps in a store).
+
+        A 503 is sent again after the wait it names, up to BUSY_ATTEMPTS times in all, saying so on stderr: the
+        console answers it only when it did nothing (a stop or a submission not recorded). A streamed body
+        cannot be sent twice: its 503 is said at once."""
+        for attempt in range(1, BUSY_ATTEMPTS + 1):
+            try:
+                return self._open_once(method, path, query=query, body=body, headers=headers, timeout=timeout,
+                                       to_object_store=to_object_store)
+            except Busy as busy:
+                if not (body is None or isinstance(body, bytes)):
+                    raise CliError(f"{busy} (HTTP 503; the upload was not kept: send it again later)") from None
+                if attempt == BUSY_ATTEMPTS:
+                    raise CliError(f"{busy} (HTTP 503; sent {attempt} times, the console stayed busy: "
+                                   "try again later)") from None
+                print(f"tc: the console is busy (HTTP 503): sending it again in {busy.wait:g} s "
+                      f"(attempt {attempt + 1} of {BUSY_ATTEMPTS})", file=sys.stderr)
+                time.sleep(busy.wait)
+        raise AssertionError("unreachable")
+
+    def _open_once(self, method: str, path: str, *, query: dict | None, body: bytes | IO[bytes] | None,
+                   headers: dict | None, timeout: float, to_object_store: bool):
         request = urllib.request.Request(self.url(path, query), data=body, method=method, headers={
             "Authorization": f"Token {self.settings.token}", "User-Agent": f"tc/{__version__}", **(headers or {})})
         request.to_object_store = to_object_store  # type: ignore[attr-defined]
@@ -110,6 +150,8 @@ class Client:
         except urllib.error.HTTPError as error:
             with error:
                 message = error_text(error.read(), error.code)
+            if error.code == 503:
+                raise Busy(message, retry_after(error.headers.get("Retry-After"))) from None
             if error.code in (401, 403):
                 raise CliError(f"{message} (HTTP {error.code}; check the token: `tc login`)") from None
             if 400 <= error.code < 500 and error.code != 429:

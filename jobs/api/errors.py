@@ -9,6 +9,8 @@ is wrong, `{"detail": "..."}` for the request as a whole.
 - Lists page with a bounded limit and offset (BoundedLimitOffsetPagination).
 - Errors Django raises under DRF (a body too big, too many fields) become JSON answers too.
 - Too many bad tokens from one address are refused for a while (ThrottledTokenAuthentication, a 429).
+- A database that cannot take the request (locked past its timeout, away) is a 503 with Retry-After
+  (DatabaseBusy, console.database_busy): nothing was changed, and the client may send it again.
 """
 
 import io
@@ -23,6 +25,7 @@ from rest_framework.exceptions import APIException, AuthenticationFailed, ParseE
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 
+from console.database_busy import DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, busy_message, note_refusal
 from console.security import client_address, presented_token, presents_token, token_failures, token_refusal_detail
 from jobs.api.auth import HashedTokenAuthentication
 from jobs.pages.paging import IdsFirst
@@ -39,6 +42,16 @@ class PayloadTooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "The request body is too large."
     default_code = "payload_too_large"
+
+
+class DatabaseBusy(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "database_busy"
+
+    def __init__(self):
+        super().__init__(busy_message())
+        # DRF's exception handler turns `wait` into Retry-After, as it does for a throttled request.
+        self.wait = RETRY_AFTER_SECONDS
 
 
 def _too_large() -> PayloadTooLarge:
@@ -166,6 +179,9 @@ def field_naming_exception_handler(exc, context):
 
     if isinstance(exc, RequestDataTooBig):
         exc = _too_large()
+    elif isinstance(exc, DATABASE_UNAVAILABLE):
+        note_refusal(context["request"], exc)
+        exc = DatabaseBusy()
     elif isinstance(exc, SuspiciousOperation):
         # Django's own handler would log these to django.security and answer an HTML 400.
         logging.getLogger(f"django.security.{exc.__class__.__name__}").warning(str(exc))

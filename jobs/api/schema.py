@@ -13,8 +13,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 API_PREFIX = "/api/v1/"
-# Every route may answer these; the bodies are ApiError.
-ERRORS_EVERY_ROUTE = ("400", "401", "403", "404", "429")
+# Every route may answer these; the bodies are ApiError. A 503 (with Retry-After): the database could not take the
+# request just now and nothing was done (console.database_busy).
+ERRORS_EVERY_ROUTE = ("400", "401", "403", "404", "429", "503")
 ERRORS_WITH_A_BODY = ("413", "415")
 
 
@@ -132,7 +133,7 @@ def add_async_log_routes(result, generator, request, public):
         "tags": ["training-jobs"],
         "security": security,
         "parameters": [_job_id_parameter(), *_raw_parameters([AFTER, *LOG_FILTERS]), last_event_id],
-        "responses": {"200": events, **_errors("400", "401", "404", "405", "429")},
+        "responses": {"200": events, **_errors("400", "401", "404", "405", "429", "503")},
     }}
     paths[f"{API_PREFIX}training-jobs/{{id}}/log"] = {"get": {
         "operationId": "training_jobs_log",
@@ -154,7 +155,7 @@ def add_async_log_routes(result, generator, request, public):
                 },
                 "content": {"text/plain": {"schema": {"type": "string"}}, **events["content"]},
             },
-            **_errors("400", "401", "403", "404", "405", "429"),
+            **_errors("400", "401", "403", "404", "405", "429", "503"),
         },
     }}
     return result

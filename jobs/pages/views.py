@@ -2,11 +2,13 @@
 
 import shutil
 from datetime import timedelta
+from functools import partial
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -15,6 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from console.database_busy import DATABASE_UNAVAILABLE, busy, busy_message
 from jobs.images.availability import images_being_prepared
 from jobs.launch.masking import mask_shell_text, masked
 from jobs.models import (
@@ -98,21 +101,24 @@ def job_bulk(request):
     action = request.POST.get("action")
     ids = [int(value) for value in request.POST.getlist("ids") if value.isdigit()][:JOBS_PER_PAGE * 5]
     done, refused = [], []
-    for job in visible_jobs(request.user).filter(pk__in=ids):
-        try:
-            if action == "stop":
-                stop_visible_job(request.user, job.pk)
-            elif action == "delete":
-                ensure_may(request.user, job, DELETE_OTHERS)
-                if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()[0]:
-                    raise IllegalTransition(job.status)
-                shutil.rmtree(outputs_root(job.pk), ignore_errors=True)
+    # One transaction for all the ticked jobs: a database that cannot take it (console.database_busy) leaves every
+    # one as it was, rather than some stopped and the rest not.
+    with transaction.atomic():
+        for job in visible_jobs(request.user).filter(pk__in=ids):
+            try:
+                if action == "stop":
+                    stop_visible_job(request.user, job.pk)
+                elif action == "delete":
+                    ensure_may(request.user, job, DELETE_OTHERS)
+                    if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()[0]:
+                        raise IllegalTransition(job.status)
+                    transaction.on_commit(partial(shutil.rmtree, outputs_root(job.pk), ignore_errors=True))
+                else:
+                    break
+            except (PermissionDenied, IllegalTransition):
+                refused.append(job.name)
             else:
-                break
-        except (PermissionDenied, IllegalTransition):
-            refused.append(job.name)
-        else:
-            done.append(job.name)
+                done.append(job.name)
     if done:
         words = _("Stop requested for: %(names)s.") if action == "stop" else _("Deleted: %(names)s.")
         messages.success(request, words % {"names": ", ".join(done)})
@@ -166,7 +172,12 @@ def job_create(request):
         source = _rebuild_source(request)
         form = TrainingJobForm(with_kept_secrets(data, source) if source else data, user=request.user)
         if form.is_valid():
-            job = submit_job(form, request.user)
+            try:
+                job = submit_job(form, request.user)
+            except DATABASE_UNAVAILABLE:
+                # The form again, as it was typed, saying why it was not submitted.
+                messages.error(request, busy_message())
+                return busy(_form_page(request, form))
             messages.success(request, _("Job %(name)s submitted.") % {"name": job.name})
             return redirect("job-detail", pk=job.pk)
     else:
@@ -249,6 +260,10 @@ def job_stop(request, pk):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         messages.error(request, _("Job %(name)s is %(state)s and cannot be stopped.") % {
             "name": job.name, "state": job.get_status_display()})
+    except DATABASE_UNAVAILABLE:
+        # The job's page, its stop button still there, saying the stop was not recorded.
+        messages.error(request, busy_message())
+        return busy(job_detail(request, pk))
     else:
         messages.success(request, _("Stop requested for job %(name)s.") % {"name": job.name})
     return _back(request, reverse("job-detail", args=[pk]))

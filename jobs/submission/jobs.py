@@ -84,7 +84,9 @@ def submit_job_once(form: TrainingJobForm, owner, idempotency_key: str) -> tuple
             job.save(update_fields=["sshd_port"])
             JobEvent.objects.create(job=job, kind="state:Pending", message="Job created, waiting for resources")
             # The queue is in commit order: a submission that commits later queues later, whenever it began.
-            transaction.on_commit(partial(_stamp_queued, job))
+            # Robust: the job is committed by then, and a database busy again must not turn its 201 into an error
+            # (the job then keeps the time it was saved at).
+            transaction.on_commit(partial(_stamp_queued, job), robust=True)
             # The broker may be away: the job is kept all the same, and the periodic dispatch queues it.
             transaction.on_commit(task_queue.wake_dispatcher)
     except IntegrityError:
@@ -95,8 +97,9 @@ def submit_job_once(form: TrainingJobForm, owner, idempotency_key: str) -> tuple
 
 
 def _stamp_queued(job: TrainingJob) -> None:
-    job.created_at = timezone.now()
-    TrainingJob.objects.filter(pk=job.pk).update(created_at=job.created_at)
+    now = timezone.now()
+    TrainingJob.objects.filter(pk=job.pk).update(created_at=now)
+    job.created_at = now
 
 
 def stop_event_message(username: str) -> str:

@@ -1,17 +1,20 @@
 """tc's own parts, without a console: reading the event stream, the exit code a job's end gives, job documents
 with flags on top, the config file's mode, bad input answered with one line and exit code 2, and a
-submission retried with its Idempotency-Key when the answer is lost (a stand-in HTTP server drops it)."""
+submission retried with its Idempotency-Key when the answer is lost (a stand-in HTTP server drops it), a 503 sent
+again after its Retry-After a few times."""
 
+import json
 import os
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from training_console_cli import config
-from training_console_cli.api import Client
+from training_console_cli.api import BUSY_ATTEMPTS, Client
 from training_console_cli.documents import line_text, load_document, submission_of, with_flags
-from training_console_cli.errors import BadInput
+from training_console_cli.errors import BadInput, CliError
 from training_console_cli.follow import EXIT_ABNORMAL, EXIT_STOPPED, events, exit_code_of
 
 from tests.http_recorder import Answer, Recorder, Request, json_answer
@@ -103,3 +106,38 @@ def test_a_submission_whose_answer_is_lost_is_sent_again_with_the_same_idempoten
         assert Client(config.Settings(console.url, "t")).submit({"name": "a"})["id"] == 1
     keys = [request.headers["Idempotency-Key"] for request in console.seen]
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith("tc-")
+
+
+def busy_answer(wait: str) -> Answer:
+    return Answer(503, {"Content-Type": "application/json", "Retry-After": wait},
+                  json.dumps({"detail": "The database is busy and could not record this."}).encode())
+
+
+def test_a_stop_answered_503_is_sent_again_after_its_retry_after_until_the_console_takes_it(capsys):
+    def busy_twice(request: Request) -> Answer:
+        if len(console.seen) <= 2:
+            return busy_answer("1" if len(console.seen) == 1 else "0")
+        return json_answer({"id": 7, "name": "a", "status": "Terminating"})
+
+    with Recorder(answer=busy_twice) as console:
+        started = time.monotonic()
+        stopped = Client(config.Settings(console.url, "t")).post("training-jobs/7/stop")
+        waited = time.monotonic() - started
+
+    assert stopped["status"] == "Terminating"
+    assert [request.path for request in console.seen] == ["/api/v1/training-jobs/7/stop"] * 3
+    assert waited >= 1, "it waited the Retry-After the console named"
+    said = capsys.readouterr().err
+    assert "the console is busy (HTTP 503): sending it again in 1 s (attempt 2 of 4)" in said
+    assert "sending it again in 0 s (attempt 3 of 4)" in said
+
+
+def test_a_console_that_stays_busy_is_given_up_on_after_a_few_tries_and_tc_says_so():
+    with Recorder(answer=lambda request: busy_answer("0")) as console:
+        with pytest.raises(CliError) as refused:
+            Client(config.Settings(console.url, "t")).post("training-jobs/7/stop")
+
+    assert len(console.seen) == BUSY_ATTEMPTS
+    assert str(refused.value) == ("The database is busy and could not record this. (HTTP 503; sent 4 times, the "
+                                  "console stayed busy: try again later)")
+    assert refused.value.code == 1
