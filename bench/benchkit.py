@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -87,6 +88,38 @@ def time_limit(seconds: int) -> None:
 
     signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
+
+
+def in_process_console(prefix: str) -> tuple[str, Callable[..., int]]:
+    """Django set up in this process on a SQLite database of its own, migrated, with what a job needs (a user,
+    an engine version, a spec, a code directory); returns the scratch folder and a maker of jobs' ids."""
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix=prefix)
+    os.environ.update(DJANGO_SETTINGS_MODULE="console.settings", CONSOLE_VAR_DIR=scratch, LOG_LEVEL="WARNING")
+    import django
+
+    from console.state import prepare
+
+    prepare()  # var/, the secret key, the SQLite files: before the settings are read
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from jobs.models import CodeDirectory, Engine, EngineVersion, ResourceSpec, TrainingJob
+
+    call_command("migrate", verbosity=0)
+    owner = get_user_model().objects.create_user("bench")
+    version = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="bench")
+    code_dir = CodeDirectory.objects.create(name="bench", path=scratch)
+    spec = ResourceSpec.objects.create(name="bench", cpu_cores=1, memory_gb=1)
+
+    def new_job(**fields) -> int:
+        return TrainingJob.objects.create(name="bench", owner=owner, engine_version=version, code_dir=code_dir,
+                                          spec=spec, node_count=2, boot_file="train.py", bind_args="", x_args="",
+                                          mca_args="", tune_prefixes="MA_", **fields).pk
+
+    return scratch, new_job
 
 
 def begin(name: str, parser, limit: int):

@@ -21,9 +21,7 @@ Each figure is CPU time (this process's), the best of --repeat runs; a SQLite da
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
-import tempfile
 import time
 
 import benchkit
@@ -48,35 +46,15 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = benchkit.begin("log_stages", parser, 590)
-    scratch = tempfile.mkdtemp(prefix="log-stages-")
-    os.environ.update(DJANGO_SETTINGS_MODULE="console.settings", CONSOLE_VAR_DIR=scratch, LOG_LEVEL="WARNING")
-    import django
-
-    from console.state import prepare
-
-    prepare()  # var/, the secret key, the SQLite files: before the settings are read
-    django.setup()
+    _scratch, new_job = benchkit.in_process_console("log-stages-")
     from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
 
     from jobs.logs.follow import EVENT_BATCH_LINES, _next_batch
     from jobs.logs.store import lines_after, store_lines
-    from jobs.models import CodeDirectory, Engine, EngineVersion, ResourceSpec, TrainingJob
+    from jobs.models import TrainingJob
     from jobs.results.metrics import MetricExtractor, default_metric_definitions
     from jobs.runtime.mpirun_output import MpirunOutput
-
-    call_command("migrate", verbosity=0)
-    owner = get_user_model().objects.create_user("bench")
-    version = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="bench")
-    code_dir = CodeDirectory.objects.create(name="bench", path=scratch)
-    spec = ResourceSpec.objects.create(name="bench", cpu_cores=1, memory_gb=1)
-
-    def new_job() -> int:
-        return TrainingJob.objects.create(name="bench", owner=owner, engine_version=version, code_dir=code_dir,
-                                          spec=spec, node_count=2, boot_file="train.py", bind_args="", x_args="",
-                                          mca_args="", tune_prefixes="MA_").pk
 
     text = "".join(LINE.format(rank=number % 4, number=number) + "\n" for number in range(args.lines))
     chunks = [text[start:start + CHUNK] for start in range(0, len(text), CHUNK)]

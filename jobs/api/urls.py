@@ -1,6 +1,7 @@
 from django.urls import path
 
 from jobs.api.log_events import job_log_events
+from jobs.api.log_search import TrainingJobLogMatches
 
 from . import data, events, resources, results, views
 
@@ -19,6 +20,7 @@ urlpatterns = [
     path("training-jobs/<int:pk>/log/events", job_log_events, name="api-job-log-events"),
     path("training-jobs/<int:pk>/log/lines", views.TrainingJobLogLines.as_view(), name="api-job-log-lines"),
     path("training-jobs/<int:pk>/log/download", views.TrainingJobLogDownload.as_view(), name="api-job-log-download"),
+    path("training-jobs/<int:pk>/log/matches", TrainingJobLogMatches.as_view(), name="api-job-log-matches"),
     path("training-jobs/<int:pk>/log/first-error", views.TrainingJobLogFirstError.as_view(), name="api-job-log-first-error"),
     path("training-jobs/<int:pk>/nccl", views.TrainingJobNccl.as_view(), name="api-job-nccl"),
     path("training-jobs/<int:pk>/events", events.TrainingJobEvents.as_view(), name="api-job-events"),

@@ -21,7 +21,8 @@ from jobs.api.log_events import job_log_events, log_file_chunks
 from jobs.code_dirs.service import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
 from jobs.logs.follow import line_payload
 from jobs.logs.forms import LogQueryForm, LogReadForm
-from jobs.logs.store import first_error, lines_after, read_after, read_before, render_line
+from jobs.logs.search import search_before
+from jobs.logs.store import first_error, lines_after, read_after, render_line
 from jobs.models import EngineVersion, IllegalTransition, ResourceSpec, TrainingJob
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission.access import may_share_code_dir, visible_code_dirs, visible_jobs
@@ -227,7 +228,9 @@ class TrainingJobLogLines(APIView):
     read looks at a bounded stretch of the log, so `next` may move on with few or no lines, and `more`
     says to ask again at once. Filtering never moves the cursor backwards, so a follower sees each
     stored line at most once and misses none. Reading back: `tail` gives the latest lines, `before`
-    older ones; `previous` is the `before` of the next older page (null at the start of the log).
+    older ones; `previous` is the `before` of the next older page (null at the start of the log). A
+    filtered read back searches the whole log for up to a second: fewer lines than asked for with a
+    `previous` mean the lines before `previous` are not searched yet, not that none matches.
     """
 
     @extend_schema(summary="A job's log lines as JSON, filtered", responses=LogLinesSerializer, parameters=[
@@ -244,7 +247,7 @@ class TrainingJobLogLines(APIView):
         limit = query["limit"] or LOG_JSON_PAGE_LINES
         total = job.log_line_count
         if query["tail"] or query["before"]:
-            page = read_before(job.pk, query["before"] or total + 1, query, limit, total=total)
+            page = search_before(job.pk, query["before"] or total + 1, query, limit, total=total)
             page.next = total if query["tail"] else None
         else:
             page = read_after(job.pk, query["after"] or 0, query, limit, total=total)

@@ -12,11 +12,12 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast
 from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
+from jobs.logs.matching import ERROR_CANDIDATES, line_filter, line_match, looks_like_error
 from jobs.logs.progress import JobProgressPublisher
 from jobs.models import LauncherDefaults, LogLine, LogStream, TrainingJob
 
@@ -29,18 +30,6 @@ DOWNLOAD_CHUNK_LINES = 5000
 # The parameters one INSERT of log lines carries where the database sets no lower limit (PostgreSQL's is 65,535).
 INSERT_MAX_PARAMS = 7000
 ERROR_CANDIDATE_CHUNK = 500
-
-# What "jump to first error" looks for. The SQL below only narrows the candidates (LIKE is case-blind
-# on SQLite); this expression decides.
-ERROR_LINE = re.compile(
-    r"Traceback \(most recent call last\)|\b\w*Error\b|\bERROR\b|\b\w*Exception\b|NCCL WARN"
-    r"|non-zero (?:exit code|status)|exited on signal|return code: (?!0\b)"
-)
-ERROR_CANDIDATES = (
-    Q(text__icontains="error") | Q(text__icontains="traceback") | Q(text__icontains="exception")
-    | Q(text__contains="NCCL WARN") | Q(text__icontains="non-zero") | Q(text__icontains="exited on signal")
-    | Q(text__icontains="return code: ")
-)
 
 
 @dataclass
@@ -249,26 +238,6 @@ def service_line(job_id: int, text: str, worker_index: int | None = None) -> int
 
 # Reading.
 
-def line_filter(query: dict) -> Q:
-    """The log pane's filters as SQL. `query` is a LogQueryForm's cleaned data (missing keys filter nothing).
-
-    A worker's lines are what the reference platform's per-worker file holds: that worker's own lines
-    (its ranks' output, its platform steps; mpirun's own words are worker-0's) and the job-wide platform lines.
-    """
-    condition = Q()
-    if query.get("worker") is not None:
-        condition &= Q(worker_index=query["worker"]) | Q(worker_index__isnull=True, stream=LogStream.SYSTEM)
-    if query.get("rank") is not None:
-        condition &= Q(rank=query["rank"])
-    if query.get("stream"):
-        condition &= Q(stream=query["stream"])
-    if not query.get("system", True):
-        condition &= ~Q(stream=LogStream.SYSTEM)
-    if query.get("q"):
-        condition &= Q(text__icontains=query["q"])
-    return condition
-
-
 @dataclass
 class LogPage:
     lines: list[StoredLogLine]
@@ -294,10 +263,11 @@ def read_after(job_id: int, after: int, query: dict, limit: int, *, total: int |
     upper = min(after + window, total)
     if upper <= after:
         return LogPage([], after, False)
-    lines = _stored(LogLine.objects.filter(job_id=job_id, seq__gt=after, seq__lte=upper)
-                    .filter(line_filter(query)).order_by("seq")[:limit])
-    cursor = lines[-1].seq if len(lines) == limit else upper
-    return LogPage(lines, cursor, cursor < total)
+    rows = _stored(LogLine.objects.filter(job_id=job_id, seq__gt=after, seq__lte=upper)
+                   .filter(line_filter(query)).order_by("seq")[:limit])
+    # The cursor follows the rows the database gave, not the lines a pattern or level kept of them.
+    cursor = rows[-1].seq if len(rows) == limit else upper
+    return LogPage(_kept(rows, query), cursor, cursor < total)
 
 
 def read_before(job_id: int, before: int, query: dict, limit: int, *, total: int | None = None,
@@ -308,9 +278,15 @@ def read_before(job_id: int, before: int, query: dict, limit: int, *, total: int
     lower = max(before - 1 - window, 0)
     newest_first = _stored(LogLine.objects.filter(job_id=job_id, seq__gt=lower, seq__lt=before)
                            .filter(line_filter(query)).order_by("-seq")[:limit])
-    lines = newest_first[::-1]
-    previous = lines[0].seq if len(lines) == limit else lower + 1
-    return LogPage(lines, None, previous=previous if previous > 1 else None)
+    rows = newest_first[::-1]
+    previous = rows[0].seq if len(rows) == limit else lower + 1
+    return LogPage(_kept(rows, query), None, previous=previous if previous > 1 else None)
+
+
+def _kept(rows: list[StoredLogLine], query: dict) -> list[StoredLogLine]:
+    """The rows the SQL filters gave that the pattern and the level keep too."""
+    match = line_match(query)
+    return rows if match is None else [row for row in rows if match(row.text)]
 
 
 # What a terminal acts on when a downloaded log is printed or a plain-text read lands in one: C0 controls but
@@ -355,21 +331,20 @@ def rendered_chunk(job_id: int, query: dict, after: int, through: int,
                 .filter(line_filter(query)).order_by("seq").values_list("seq", "stream", "rank", "text")[:lines])
     if not rows:
         return "", None
-    return "".join(render_text(stream, rank, text) + "\n" for _seq, stream, rank, text in rows), rows[-1][0]
-
-
-def looks_like_error(text: str) -> bool:
-    return ERROR_LINE.search(text) is not None
+    match = line_match(query)
+    return "".join(render_text(stream, rank, text) + "\n" for _seq, stream, rank, text in rows
+                   if match is None or match(text)), rows[-1][0]
 
 
 def first_error(job_id: int, query: dict, after: int = 0) -> LogLine | None:
     """The first line above `after` that looks like an error: a traceback, an exception or error name,
     an NCCL warning, a non-zero exit code."""
     candidates = LogLine.objects.filter(job_id=job_id).filter(ERROR_CANDIDATES).filter(line_filter(query))
+    match = line_match(query)
     while True:
         chunk = list(candidates.filter(seq__gt=after).order_by("seq")[:ERROR_CANDIDATE_CHUNK])
         for line in chunk:
-            if looks_like_error(line.text):
+            if looks_like_error(line.text) and (match is None or match(line.text)):
                 return line
         if len(chunk) < ERROR_CANDIDATE_CHUNK:
             return None

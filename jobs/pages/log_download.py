@@ -10,7 +10,8 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.http import content_disposition_header
 
 from jobs.logs.forms import LogQueryForm
-from jobs.logs.store import DOWNLOAD_CHUNK_LINES, line_filter, render_text
+from jobs.logs.matching import line_filter
+from jobs.logs.store import DOWNLOAD_CHUNK_LINES, render_text
 from jobs.models import LogLine, TrainingJob
 
 

@@ -2,13 +2,16 @@
 // reader scrolls to the top; new ones arrive over the log's Server-Sent Events stream, which resumes where
 // it stopped after a lost connection or a restarted server. Scrolling up pauses following; scrolling back
 // to the end (or ticking Follow) goes on. Each line shows when the console received it.
+// A search (a text, a pattern, a level) reads back through the whole log until it has a page of matches
+// or reached the start, and never says "no match" for lines it has not looked at; the matches are
+// counted, stepped through one by one, and each can be seen among the lines around it
+// (static/jobs/log_search.js).
 (function () {
   "use strict";
 
   const PAGE_LINES = 500;
   const MAX_LINES_FOLLOWING = 5000;
   const MAX_LINES_READING = 50000;
-  const OLDER_PAGES_FOR_FIRST_ERROR = 10;
   const RECONNECT_MS = 2000;
   const NEAR_EDGE_PX = 24;
   const FLUSH_MS = 100;
@@ -23,6 +26,8 @@
       this.system = find("system");
       this.follow = find("follow");
       this.search = find("search");
+      this.level = find("level");
+      this.regex = find("regex");
       this.counter = find("count");
       this.note = find("note");
       this.live = find("live");
@@ -40,7 +45,7 @@
       this.pending = [];
       this.flushTimer = null;
       this.worker.addEventListener("change", () => this.offerWorkerRanks());
-      [this.worker, this.rank, this.system].forEach((control) => control.addEventListener("change", () => this.reset()));
+      [this.worker, this.rank, this.system, this.level, this.regex].forEach((control) => control.addEventListener("change", () => this.reset()));
       this.search.addEventListener("input", () => {
         clearTimeout(this.searchTimer);
         this.searchTimer = setTimeout(() => this.reset(), 300);
@@ -64,6 +69,8 @@
       if (this.worker.value !== "") params.set("worker", this.worker.value);
       if (this.rank.value !== "") params.set("rank", this.rank.value);
       if (this.query()) params.set("q", this.query());
+      if (this.query() && this.regex.checked) params.set("regex", "1");
+      if (this.level.value) params.set("level", this.level.value);
       return params;
     }
 
@@ -72,11 +79,17 @@
     }
 
     filtered() {
-      return Boolean(this.query() || this.worker.value !== "" || this.rank.value !== "" || !this.system.checked);
+      return Boolean(this.searching() || this.worker.value !== "" || this.rank.value !== "" || !this.system.checked);
+    }
+
+    // The filters pick lines by what they say, not only by where they come from: matches to count and step through.
+    searching() {
+      return Boolean(this.query() || this.level.value);
     }
 
     start() {
       this.offerWorkerRanks();  // a worker the browser kept chosen over a reload
+      this.matches = new LogSearch(this);
       this.reset();
     }
 
@@ -105,6 +118,9 @@
       this.view.dataset.empty = this.label("empty");
       this.root.dataset.complete = "false";
       this.updateDownload();
+      this.showNote("");
+      this.root.dataset.searching = this.searching() ? "true" : "false";
+      this.matches.reset();
       const params = this.filters();
       params.set("tail", "1");
       params.set("limit", String(PAGE_LINES));
@@ -112,7 +128,9 @@
       try {
         answer = await this.read(params);
       } catch (error) {
-        if (generation === this.generation) setTimeout(() => { if (generation === this.generation) this.reset(); }, RECONNECT_MS);
+        if (generation !== this.generation) return;
+        if (error.refused) this.refuse(error.refused);
+        else setTimeout(() => { if (generation === this.generation) this.reset(); }, RECONNECT_MS);
         return;
       }
       if (generation !== this.generation) return;
@@ -124,12 +142,39 @@
       this.setStatus(answer.status);
       this.settle();
       this.openStream();
+      this.matches.count(generation);
+      if (this.searching()) this.searchBack(generation);
     }
 
     async read(params) {
       const result = await Console.fetchJSON(this.root.dataset.linesUrl + "?" + params.toString());
+      if (result.status === 400 && result.body) {
+        const error = new Error("refused");
+        error.refused = result.body;
+        throw error;
+      }
       if (!result.ok || !result.body) throw new Error("HTTP " + result.status);
       return result.body;
+    }
+
+    // The filters were refused (a pattern RE2 cannot run): said under the toolbar, nothing read or followed.
+    refuse(errors) {
+      const messages = Object.values(errors).flat().join(" ");
+      this.search.setAttribute("aria-invalid", "true");
+      this.view.dataset.empty = "";
+      this.showNote(messages, "refused");
+      this.matches.clear();
+    }
+
+    // A search goes on reading back until the pane holds a page of matches or the start was reached,
+    // saying how far back it has looked; the page is never told "no match" before the start.
+    async searchBack(generation) {
+      while (generation === this.generation && this.previous && this.view.childElementCount < PAGE_LINES) {
+        this.showNote(Console.fillTemplate(this.label("searching"), { from: this.previous.toLocaleString(), to: this.total.toLocaleString() }), "searching");
+        if (!(await this.loadOlder({ quiet: true }))) break;
+      }
+      if (generation === this.generation && this.note.dataset.kind === "searching") this.showNote("");
+      if (generation === this.generation) this.settle();
     }
 
     // The stream resumes from the cursor: the browser sends the last event's id (Last-Event-ID) when it
@@ -150,6 +195,7 @@
         const line = JSON.parse(event.data);
         this.cursor = Math.max(this.cursor || 0, line.seq);
         this.total = Math.max(this.total, line.seq);
+        this.matches.arrived(line.seq);
         this.queue(line);
       };
       source.addEventListener("cursor", (event) => {
@@ -245,24 +291,20 @@
       return row;
     }
 
-    // The filter's matches marked, found as the database finds them (case-blind, the text as typed).
+    // The filter's matches marked, found as the database finds them (case-blind, the text as typed), or
+    // as the browser reads the pattern (RE2 and JavaScript agree on the common part; where they do not,
+    // the line is shown unmarked).
     highlight(element, text) {
-      const query = this.query();
-      if (!query) {
-        element.textContent = text;
-        return;
-      }
-      const lower = text.toLowerCase(), needle = query.toLowerCase();
-      let from = 0, at = lower.indexOf(needle);
-      while (at !== -1) {
+      const spans = this.query() ? this.matches.spans(text) : [];
+      let from = 0;
+      spans.forEach(([at, end]) => {
         if (at > from) element.append(text.slice(from, at));
         const mark = document.createElement("mark");
-        mark.textContent = text.slice(at, at + needle.length);
+        mark.textContent = text.slice(at, end);
         element.append(mark);
-        from = at + needle.length;
-        at = lower.indexOf(needle, from);
-      }
-      if (from < text.length) element.append(text.slice(from));
+        from = end;
+      });
+      if (from < text.length || !spans.length) element.append(text.slice(from));
     }
 
     append(lines) {
@@ -290,11 +332,12 @@
       this.view.scrollTop += this.view.scrollHeight - before;
     }
 
-    async loadOlder() {
+    async loadOlder(options) {
       if (this.loadingOlder || !this.previous) return false;
       this.loadingOlder = true;
+      const quiet = Boolean(options && options.quiet);
       const generation = this.generation;
-      this.showNote(this.label("older"), "older");
+      if (!quiet) this.showNote(this.label("older"), "older");
       try {
         const params = this.filters();
         params.set("before", String(this.previous));
@@ -303,11 +346,11 @@
         if (generation !== this.generation) return false;
         this.prepend(answer.lines);
         this.previous = answer.previous;
-        this.showNote(this.previous ? "" : this.label("start"), this.previous ? "" : "start");
+        if (!quiet) this.showNote(this.previous ? "" : this.label("start"), this.previous ? "" : "start");
         this.updateCounter();
         return true;
       } catch (error) {
-        this.showNote("");
+        if (!quiet) this.showNote("");
         return false;
       } finally {
         this.loadingOlder = false;
@@ -339,8 +382,12 @@
       this.note.dataset.kind = text ? (kind || "") : "";
     }
 
+    // "No line matches" only once every line was looked at: reading back reached the start.
     settle() {
-      this.view.dataset.empty = this.filtered() ? this.label("noMatch") : this.label("empty");
+      if (this.note.dataset.kind === "refused") return;
+      this.search.removeAttribute("aria-invalid");
+      if (!this.filtered()) this.view.dataset.empty = this.label("empty");
+      else this.view.dataset.empty = this.previous ? "" : this.label("noMatch");
       this.updateCounter();
     }
 
@@ -362,20 +409,22 @@
         this.showNote(this.label("noError"), "no-error");
         return;
       }
-      this.follow.checked = false;
-      this.showNote("");
-      for (let page = 0; !this.rowOf(seq) && this.previous && this.previous > seq && page < OLDER_PAGES_FOR_FIRST_ERROR; page++) {
-        if (!(await this.loadOlder())) break;
-      }
-      let row = this.rowOf(seq);
-      if (!row && result.body.line) {
-        // Too far back to load everything between: the line itself, marked as out of its place.
-        row = this.renderLine(result.body.line);
-        row.classList.add("log-detached");
-        this.view.insertBefore(row, this.view.firstChild);
-      }
+      const row = this.rowOf(seq);
       this.view.querySelectorAll(".log-first-error").forEach((element) => element.classList.remove("log-first-error"));
+      if (!row) {
+        // Not among the lines on the page: shown among the lines around it, in a box of its own, while the
+        // pane goes on as it was (following or not).
+        this.matches.showContext(seq, "log-first-error");
+        return;
+      }
       row.classList.add("log-first-error");
+      this.follow.checked = false;
+      this.showNote(this.label("paused"), "paused");
+      this.reveal(row);
+    }
+
+    // A row brought into the middle of the view, without the scroll pausing or resuming Follow by itself.
+    reveal(row) {
       this.scrollingToEnd = true;
       row.scrollIntoView({ block: "center" });
       requestAnimationFrame(() => { this.scrollingToEnd = false; });

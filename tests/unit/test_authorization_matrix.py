@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 PERSONAS = ["owner", "teammate", "stranger", "staff", "anonymous"]
 
-API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/nccl", "/events", "/resources",
+API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/log/matches", "/nccl", "/events", "/resources",
              "/outcome", "/metrics", "/outputs", "/outputs.tar.gz", "/outputs/model.txt"]
 PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 # Where the console's own account pages and lists are refused to a visitor (login first).
@@ -29,6 +29,7 @@ VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/capa
 ROUTE_COVERAGE = {
     **{name: "job API read" for name in (
         "api-job", "api-job-log", "api-job-log-lines", "api-job-log-download", "api-job-log-first-error",
+        "api-job-log-matches",
         "api-job-nccl", "api-job-events", "api-job-resources", "api-job-outcome", "api-job-metrics",
         "api-job-outputs", "api-job-outputs-archive", "api-job-output-file")},
     "api-job-log-events": "job live stream",

@@ -227,3 +227,31 @@ def test_each_line_event_is_written_as_json_dumps_writes_its_payload(make_job):
     lines = read_after(job.pk, 0, {}, 100).lines
     assert _line_events(lines) == [_event(None, line_payload(line), line.seq) for line in lines]
     assert [json.loads(event.split("data: ", 1)[1])["text"] for event in _line_events(lines)][:5] == texts
+
+
+def test_a_reader_counts_the_matches_of_a_pattern_and_a_level_in_the_whole_log(api, stranger_api, job):
+    url = f"/api/v1/training-jobs/{job.pk}/log/matches"
+    assert api.get(url, {"q": "HELLO"}).json() == {"count": 2, "next": None, "through": 7}
+    assert api.get(url, {"q": r"hello from [02]$", "regex": "1"}).json()["count"] == 2
+    assert api.get(url, {"q": r"(?i)HELLO from 2", "regex": "1"}).json()["count"] == 1
+    assert api.get(url, {"level": "error"}).json()["count"] == 3  # the traceback, mpirun's words, return code 1
+    assert api.get(url, {"level": "error", "worker": 1}).json()["count"] == 2  # rank 3's traceback, the end line
+    assert api.get(url, {"q": "hello", "through": 3}).json() == {"count": 1, "next": None, "through": 3}
+    assert stranger_api.get(url, {"q": "hello"}).status_code == 404
+
+
+def test_a_pattern_the_search_cannot_run_or_an_unknown_level_is_named_not_served(api, job):
+    for path in ("matches", "lines", "first-error", "download"):
+        answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/{path}", {"q": "(x)\\1", "regex": "true"})
+        assert answer.status_code == 400 and "RE2" in answer.json()["q"][0]
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/lines", {"level": "debug", "tail": "1"})
+    assert answer.status_code == 400 and list(answer.json()) == ["level"]
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/matches", {"through": "-3"})
+    assert answer.status_code == 400 and list(answer.json()) == ["through"]
+
+
+def test_the_tail_of_a_search_holds_only_matching_lines_by_pattern_and_level(api, job):
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/lines", {"tail": "1", "level": "error"}).json()
+    assert [line["seq"] for line in answer["lines"]] == [5, 6, 7] and answer["previous"] is None
+    answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/lines", {"tail": "1", "q": "^hello", "regex": "on"}).json()
+    assert [line["text"] for line in answer["lines"]] == ["hello from 0", "hello from 2"]

@@ -1,10 +1,14 @@
 """The log store: gapless numbering, the cap, filters done by the database, cursors that neither skip nor repeat."""
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from jobs.logs.forms import LogQueryForm
+from jobs.logs.search import count_matches, search_before
 from jobs.logs.store import (
     SCAN_WINDOW,
     SERVICE_LOG_PREFIX,
@@ -96,6 +100,8 @@ MIXED_LOG = [
     rank_line(3, "Traceback (most recent call last):", LogStream.STDERR),
     LogRecord(text="mpirun noticed that process rank 3 exited on signal 9", stream=LogStream.STDERR, worker_index=0),
     rank_line(2, "error rate 0.1"),
+    rank_line(1, "UserWarning: the lr scheduler was stepped before the optimizer", LogStream.STDERR),
+    rank_line(0, "W1204 12:00:01 WARN slow step"),
     system_line("Training end with return code: 137"),
 ] * 7
 
@@ -113,7 +119,18 @@ def reference_filter(line: LogLine, query: dict) -> bool:
         return False
     if not query.get("system", True) and line.stream == LogStream.SYSTEM:
         return False
+    if query.get("level") == "error" and not ERROR_WORDS.search(line.text):
+        return False
+    if query.get("level") == "warning" and not (ERROR_WORDS.search(line.text) or WARNING_WORDS.search(line.text)):
+        return False
+    if query.get("regex"):
+        return not query.get("q") or re.search(query["q"], line.text) is not None
     return not query.get("q") or query["q"].lower() in line.text.lower()
+
+
+# The levels, said again here for the few kinds of line MIXED_LOG holds.
+ERROR_WORDS = re.compile(r"Traceback|exited on signal|return code: [1-9]")
+WARNING_WORDS = re.compile(r"Warning|WARN")
 
 
 queries = st.fixed_dictionaries({
@@ -121,7 +138,9 @@ queries = st.fixed_dictionaries({
     "rank": st.sampled_from([None, 0, 2, 3]),
     "stream": st.sampled_from(["", "stdout", "stderr", "system"]),
     "system": st.booleans(),
-    "q": st.sampled_from(["", "loss", "LOSS", "worker-1", "nccl", "zzz"]),
+    "q": st.sampled_from(["", "loss", "LOSS", "worker-1", "nccl", "zzz", "(?i)loss=0\\.[45]", "^step \\d", "rank [0-9]"]),
+    "regex": st.booleans(),
+    "level": st.sampled_from(["", "", "warning", "error"]),
 })
 
 
@@ -137,6 +156,10 @@ def mixed_job(make_job):
 @example(query={"worker": 1, "rank": None, "stream": "", "system": True, "q": ""}, limit=3, window=5)
 @example(query={"worker": 0, "rank": None, "stream": "stderr", "system": True, "q": ""}, limit=2, window=7)
 @example(query={"worker": None, "rank": None, "stream": "", "system": False, "q": "LOSS"}, limit=1, window=1)
+@example(query={"worker": None, "rank": None, "stream": "", "system": True, "q": "^step \\d", "regex": True,
+                "level": ""}, limit=1, window=3)
+@example(query={"worker": 1, "rank": None, "stream": "", "system": True, "q": "", "regex": False,
+                "level": "warning"}, limit=2, window=4)
 def test_following_with_any_filter_and_page_size_returns_each_matching_line_once_in_order(mixed_job, query, limit, window):
     expected = [line.seq for line in mixed_job.log_lines.order_by("seq") if reference_filter(line, query)]
     seen, cursor, more = [], 0, True
@@ -241,3 +264,50 @@ def test_lines_read_as_values_hold_what_the_models_hold_times_included(make_job)
     assert [(line.seq, line.worker_index, line.rank, line.stream, line.text, line.at) for line in page.lines] == [
         (line.seq, line.worker_index, line.rank, line.stream, line.text, line.at) for line in models]
     assert [line.at for line in page.lines] == times
+
+
+def test_a_search_reads_back_through_the_whole_log_for_a_line_near_its_start(make_job):
+    job = make_job()
+    store(job, [rank_line(0, "x")] * 3 + [rank_line(1, "the needle")] + [rank_line(0, "x")] * 200)
+    # Each stretch the store looks at is 10 lines; the search goes on, stretch after stretch, to line 4.
+    page = search_before(job.pk, 205, {"q": "NEEDLE"}, 500, total=204, window=10)
+    assert [(line.seq, line.text) for line in page.lines] == [(4, "the needle")]
+    assert page.previous is None  # the start was reached: no other line matches
+
+
+def test_a_search_out_of_time_says_where_it_stopped_instead_of_no_match(make_job):
+    job = make_job()
+    store(job, [rank_line(1, "the needle")] + [rank_line(0, "x")] * 100)
+    page = search_before(job.pk, 102, {"q": "needle"}, 500, total=101, window=10, seconds=0)
+    assert page.lines == [] and page.previous == 92
+    page = search_before(job.pk, page.previous, {"q": "needle"}, 500, total=101, window=100)
+    assert [line.seq for line in page.lines] == [1] and page.previous is None
+
+
+def test_matches_are_counted_in_the_database_or_line_by_line_in_steps_that_add_up(make_job, monkeypatch):
+    job = make_job()
+    store(job, MIXED_LOG)
+    every = {"worker": None, "rank": None, "stream": "", "system": True}
+    for query in ({"q": "loss"}, {"q": "(?i)^step 1 loss", "regex": True}, {"level": "error"}, {"level": "warning"}):
+        expected = sum(1 for line in job.log_lines.all() if reference_filter(line, {**every, **query}))
+        assert expected > 0
+        assert count_matches(job.pk, query, after=0, through=len(MIXED_LOG)).count == expected
+        # Line by line, a few lines a step and out of time after each: the steps say where to go on.
+        monkeypatch.setattr("jobs.logs.search.COUNT_CHUNK_LINES", 4)
+        total, after, steps = 0, 0, 0
+        while after is not None:
+            answer = count_matches(job.pk, query, after=after, through=len(MIXED_LOG), seconds=0)
+            total, after, steps = total + answer.count, answer.next, steps + 1
+        assert total == expected
+        if "regex" in query or "level" in query:
+            assert steps > 1
+        monkeypatch.undo()
+    assert count_matches(job.pk, {"q": "loss"}, after=0, through=11).count == 2  # only up to `through`
+
+
+def test_a_pattern_with_a_back_reference_is_refused_where_it_was_typed():
+    form = LogQueryForm({"q": "(a)\\1", "regex": "1"})
+    assert not form.is_valid()
+    assert "RE2" in form.errors["q"][0] and "back-references" in form.errors["q"][0]
+    assert LogQueryForm({"q": "(a)\\1"}).is_valid()  # as plain text it is only a text to look for
+    assert LogQueryForm({"q": "(a)\\1", "regex": "0"}).is_valid()
