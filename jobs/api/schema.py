@@ -75,7 +75,15 @@ LOG_FILTERS = [
     OpenApiParameter("rank", int, description="Only this rank's lines."),
     OpenApiParameter("stream", str, enum=["stdout", "stderr", "system"], description="Only this stream's lines."),
     OpenApiParameter("system", str, description="0, false or off hides the platform's own lines."),
-    OpenApiParameter("q", str, description="Only lines holding this text (up to 200 characters)."),
+    OpenApiParameter("q", str, description="Only lines holding this text, case-blind (up to 200 characters)."),
+    OpenApiParameter("regex", str, description=(
+        "1, true or on: `q` is a regular expression in RE2 syntax (case-sensitive unless it starts with (?i); "
+        "no back-references or lookaround)."
+    )),
+    OpenApiParameter("level", str, enum=["warning", "error"], description=(
+        "Only lines that look like errors (a traceback, an exception or error name, an NCCL warning, a non-zero "
+        "exit) or, with warning, like warnings or errors."
+    )),
     OpenApiParameter("limit", int, description="At most this many lines (1-5000)."),
 ]
 AFTER = OpenApiParameter("after", int, description="A sequence number: the lines after it (0: from the start).")
