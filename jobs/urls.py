@@ -9,6 +9,7 @@ urlpatterns = [
     path("jobs/new", views.job_create, name="job-create"),
     path("jobs/bulk", views.job_bulk, name="job-bulk"),
     path("jobs/preview", views.job_preview, name="job-preview"),
+    path("jobs/name-taken", views.job_name_taken, name="job-name-taken"),
     path("jobs/<int:pk>", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/live", views.job_live, name="job-live"),
     path("jobs/<int:pk>/log.txt", views.job_log_download, name="job-log-download"),

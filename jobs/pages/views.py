@@ -1,7 +1,6 @@
 """The pages: thin views over the same form, services and log store the API uses."""
 
 import shutil
-from datetime import timedelta
 from functools import partial
 
 from django.contrib import messages
@@ -12,7 +11,6 @@ from django.db import transaction
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -34,6 +32,7 @@ from jobs.models import (
 )
 from jobs.pages.capacity import pool_capacity
 from jobs.pages.display import display
+from jobs.pages.job_list import WITHIN_CHOICES, filtered_jobs, list_filters, sort_links
 from jobs.pages.log_download import timestamped_log_response
 from jobs.pages.paging import IdsFirst
 from jobs.pages.preview import preview
@@ -43,8 +42,6 @@ from jobs.submission.forms import MAX_ENV_VARS, PARAM_VALUE_MAX_CHARS, TrainingJ
 from jobs.submission.jobs import stop_visible_job, submit_job
 
 JOBS_PER_PAGE = 20
-# The form warns of a name already used among the user's latest jobs.
-TAKEN_NAMES_SHOWN = 500
 COPY_SUFFIX = "-copy"
 
 
@@ -56,37 +53,31 @@ def _back(request, fallback: str):
     return redirect(fallback)
 
 
-# The list's time filter: jobs created within the last ...
-CREATED_WITHIN = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
-
-
 @login_required
 def job_list(request):
-    jobs = visible_jobs(request.user).select_related("engine_version__engine", "spec", "owner")
-    state, query, mine = request.GET.get("state", ""), request.GET.get("q", "").strip(), request.GET.get("mine") == "1"
-    within = request.GET.get("within", "")
-    if state in JobStatus.values:
-        jobs = jobs.filter(status=state)
-    if query:
-        jobs = jobs.filter(name__icontains=query)
-    if mine:
-        jobs = jobs.filter(owner=request.user)
-    if within in CREATED_WITHIN:
-        jobs = jobs.filter(created_at__gte=timezone.now() - CREATED_WITHIN[within])
+    form, wanted = list_filters(request.GET)
+    jobs = filtered_jobs(visible_jobs(request.user).select_related("engine_version__engine", "spec", "owner"),
+                         wanted, request.user)
     page = Paginator(IdsFirst(jobs), JOBS_PER_PAGE).get_page(request.GET.get("page"))
     filters = request.GET.copy()
     filters.pop("page", None)
+    unsorted = filters.copy()
+    unsorted.pop("sort", None)
     context = {
         "page": page,
         "jobs": page.object_list,
+        "form": form,
         "states": JobStatus.choices,
-        "state": state,
-        "query": query,
-        "mine": mine,
-        "within": within,
-        "within_choices": [("1h", _("Last hour")), ("24h", _("Last 24 hours")), ("7d", _("Last 7 days")),
-                           ("30d", _("Last 30 days"))],
+        "state": wanted.get("state") or "",
+        "query": (wanted.get("q") or "").strip(),
+        "mine": bool(wanted.get("mine")),
+        "within": wanted.get("within") or "",
+        "within_choices": WITHIN_CHOICES[1:],
+        "sort": wanted["sort"],
+        "sort_links": sort_links(wanted["sort"]),
+        "metric_names": sorted({name for job in page.object_list for name in (job.final_metrics or {})})[:6],
         "filter_query": filters.urlencode(),
+        "unsorted_query": unsorted.urlencode(),
         "any_unfinished": any(not job.is_final for job in page.object_list),
     }
     # The list's poller asks for the rows only.
@@ -152,8 +143,6 @@ def _form_page(request, form, rebuilt_from=None):
         "resumable_from": rebuilt_from.resume_checkpoint() if rebuilt_from and rebuilt_from.owner_id == request.user.pk
         else None,
         "grace_max": LauncherDefaults.current().checkpoint_grace_max_seconds,
-        "taken_names": list(TrainingJob.objects.filter(owner=request.user).order_by("-created_at")
-                            .values_list("name", flat=True)[:TAKEN_NAMES_SHOWN]),
     })
 
 
@@ -207,6 +196,14 @@ def job_rebuild(request, pk):
         for key in ("data_url", "train_url"):
             initial[key] = masked(key, initial[key])
     return _form_page(request, TrainingJobForm(initial=initial, user=request.user), rebuilt_from=job)
+
+
+@login_required
+def job_name_taken(request):
+    """Whether the user already has a job of this name: the form's hint, asked as the name is typed (names need
+    not be unique, but the list tells jobs apart by them)."""
+    name = request.GET.get("name", "").strip()[:64]
+    return JsonResponse({"taken": bool(name) and TrainingJob.objects.filter(owner=request.user, name=name).exists()})
 
 
 @login_required

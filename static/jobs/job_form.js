@@ -215,18 +215,28 @@
   updateAddButtons();
   refreshPreview();
 
-  // Names need not be unique, but the list tells jobs apart by name: a name the user has used says so.
+  // Names need not be unique, but the list tells jobs apart by name: a name the user has used says so. The
+  // server is asked (a little after the typing stops), so the page carries none of the user's job names.
   const nameInput = form.querySelector("#id_name");
   const takenHint = form.querySelector("[data-name-taken]");
-  const takenData = document.getElementById("taken-names");
-  if (nameInput && takenHint && takenData) {
-    const taken = new Set(JSON.parse(takenData.textContent));
-    const checkName = () => {
+  if (nameInput && takenHint) {
+    let asked = 0, timer = null;
+    const checkName = async () => {
       const name = nameInput.value.trim();
-      takenHint.hidden = !taken.has(name);
+      const question = ++asked;
+      if (!name) {
+        takenHint.hidden = true;
+        return;
+      }
+      const result = await Console.fetchJSON(takenHint.dataset.url + "?name=" + encodeURIComponent(name));
+      if (question !== asked) return;  // a later name was typed meanwhile
+      takenHint.hidden = !(result.ok && result.body && result.body.taken);
       takenHint.textContent = Console.fillTemplate(takenHint.dataset.template, { name: name });
     };
-    nameInput.addEventListener("input", checkName);
+    nameInput.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(checkName, 250);
+    });
     checkName();
   }
 

@@ -21,8 +21,8 @@ PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 # Where the console's own account pages and lists are refused to a visitor (login first).
 VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines", "/api/v1/data",
                       "/api/v1/data/upload-links", "/api/v1/data/download-link"]
-VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/capacity", "/tokens", "/webhook",
-                         "/webhook/rotate"]
+VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/jobs/name-taken", "/capacity", "/tokens",
+                         "/webhook", "/webhook/rotate"]
 
 # Every URL the console serves, by name, and the test of this module that covers it: a route added without
 # a place here fails test_every_route_of_the_console_is_in_the_matrix.
@@ -37,7 +37,7 @@ ROUTE_COVERAGE = {
     **{name: "job action" for name in ("job-stop", "job-delete", "api-job-stop")},
     **{name: "visitor refused" for name in (
         "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
-        "job-preview", "capacity", "token-list", "webhook", "webhook-action")},
+        "job-preview", "job-name-taken", "capacity", "token-list", "webhook", "webhook-action")},
     # Signed in, each user reaches their own bucket only (tests/unit/test_object_storage.py, and
     # tests/integration/test_object_storage.py against a real store).
     **{name: "visitor refused" for name in ("api-data", "api-data-upload-links", "api-data-download-link")},
