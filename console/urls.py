@@ -1,10 +1,30 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
+from django.views.generic import RedirectView
 
 from jobs.api.docs import ApiDocs, ApiSchema
 
+# The admin speaks of the console, not of Django.
+admin.site.site_header = _("Training Console administration")
+admin.site.site_title = _("Training Console")
+admin.site.index_title = _("Administration")
+
+
+class FaviconRedirect(RedirectView):
+    """/favicon.ico, which browsers and tools ask for whatever the page says: the console's icon."""
+
+    permanent = True
+
+    def get_redirect_url(self, *args, **kwargs) -> str:
+        # Resolved per request: the static files' names (hashed once collected) are not known at import.
+        return static("favicon.svg")
+
+
 urlpatterns = [
+    path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
     path("admin/", admin.site.urls),
     path("api/v1/schema", ApiSchema.as_view(), name="api-schema"),
     path("api/v1/docs", ApiDocs.as_view(url_name="api-schema"), name="api-docs"),

@@ -46,7 +46,7 @@ ROUTE_COVERAGE = {
     # Public on purpose: the schema and its docs describe the API and hold no one's data; signing in and
     # out and the language switch are for everyone; the admin has its own staff login and permissions
     # (tests/security/test_admin_node_keys.py, tests/unit/test_admin_force_release.py).
-    **{name: "public" for name in ("api-schema", "api-docs", "login", "logout", "set_language", "admin")},
+    **{name: "public" for name in ("api-schema", "api-docs", "login", "logout", "set_language", "admin", "favicon")},
 }
 
 

@@ -94,3 +94,10 @@ def test_the_form_carries_none_of_the_users_job_names_and_asks_whether_one_is_ta
     assert pages.get("/jobs/name-taken", {"name": " secret-project-x "}).json() == {"taken": True}
     assert pages.get("/jobs/name-taken", {"name": "strangers-run"}).json() == {"taken": False}  # not the user's
     assert pages.get("/jobs/name-taken", {"name": ""}).json() == {"taken": False}
+
+
+def test_the_admin_is_titled_as_the_console_and_favicon_ico_is_its_icon(admin_client):
+    index = admin_client.get("/admin/").content.decode()
+    assert "Training Console administration" in index and "Django administration" not in index
+    answer = admin_client.get("/favicon.ico")
+    assert answer.status_code == 301 and answer["Location"].endswith("favicon.svg")
