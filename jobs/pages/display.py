@@ -113,6 +113,8 @@ PATTERN_MESSAGES = (
      gettext_noop("Restarting (attempt %(attempt)s of %(of)s): %(reason)s")),
     (re.compile(r"^Suspected hung: rank\(s\) (?P<ranks>[\d, ]+) printed nothing for more than (?P<seconds>\d+) s$"),
      gettext_noop("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s")),
+    (re.compile(r"^No longer suspected hung: rank\(s\) (?P<ranks>[\d, ]+) ended$"),
+     gettext_noop("No longer suspected hung: rank(s) %(ranks)s ended")),
     (re.compile(r"^Attempt (?P<failed>\d+) failed \((?P<reason>.*)\); attempt (?P<next>\d+) queued$", re.S),
      gettext_noop("Attempt %(failed)s failed (%(reason)s); attempt %(next)s queued")),
     (re.compile(r"^Force released by (?P<by>[^;]+); nodes freed for a health check: (?P<nodes>.*)$"),

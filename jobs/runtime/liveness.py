@@ -34,7 +34,7 @@ PROBE_TIMEOUT_SECONDS = 5.0
 # The lost workers (index: why), and those of them whose node does not answer (not worth asking again now).
 LostCallback = Callable[[dict[int, str], frozenset[int]], Awaitable[None]]
 UsageCallback = Callable[[dict[int, "Usage"]], Awaitable[None]]
-# The ranks that ended on their own, not as 0, while the job runs (rank: how it ended).
+# The ranks that ended on their own while the job runs, as 0 or not (rank: how it ended).
 RankEndCallback = Callable[[dict[int, "RankEnd"]], Awaitable[None]]
 USAGE_SCRIPT = (NODE_SCRIPTS / "worker-usage.sh").read_text()
 
@@ -73,13 +73,15 @@ def past_disk_limit(usage: Usage, reserve_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class RankEnd:
-    """A rank that ended on its own, not as 0 (its agent's record: "ended with exit code 1", "ended on signal 11"),
-    or that raised and printed nothing since (its log: "raised PermissionError: ...")."""
+    """A rank that ended on its own (its agent's record: "ended with exit code 1", "ended on signal 11", or
+    finished as 0), or that raised and printed nothing since (its log: "raised PermissionError: ...")."""
 
     rank: int
     worker: int
     how: str
     at: float  # when, in seconds since the epoch (the record's time)
+    # Ended as 0: nothing is wrong with it, but it prints no more, so the watchdog must not take it as hung.
+    finished: bool = False
 
 
 def read_rank_ends(text: str, worker: int) -> list[RankEnd]:
@@ -94,7 +96,9 @@ def read_rank_ends(text: str, worker: int) -> list[RankEnd]:
         code, signal = fields.get("exit", ""), fields.get("signal", "")
         if not (rank.isascii() and rank.isdigit() and len(rank) < 8 and at.isascii() and at.isdigit() and len(at) < 12):
             continue
-        if code.isascii() and code.isdigit() and len(code) < 4 and 0 < int(code) < 256:
+        if code == "0":
+            found.append(RankEnd(int(rank), worker, "finished with exit code 0", float(at), finished=True))
+        elif code.isascii() and code.isdigit() and len(code) < 4 and 0 < int(code) < 256:
             found.append(RankEnd(int(rank), worker, f"ended with exit code {int(code)}", float(at)))
         elif signal.isascii() and signal.isdigit() and len(signal) < 3 and 0 < int(signal) < 65:
             found.append(RankEnd(int(rank), worker, f"ended on signal {int(signal)}", float(at)))

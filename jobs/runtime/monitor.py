@@ -5,7 +5,8 @@ lines), then takes the log lines stored since its cursor: those the run's log si
 them (one pass, nothing read back), and from the database only what it was not told of (a run taken up
 again, lines another writer stored between two batches, the last lines at the end). Each rank's line moves
 that rank's "last heard" time and may hold metric values. A rank silent for longer than the job's
-watchdog time marks the job suspected hung (the job page and the API list the silent ranks); with
+watchdog time (and not recorded as ended by its rank agent: a rank that printed its last line and exited
+is not hung) marks the job suspected hung (the job page and the API list the silent ranks); with
 the administrator's leave the monitor then asks the run to stop the job, as it does when the job
 reaches its auto stop limit.
 """
@@ -13,7 +14,7 @@ reaches its auto stop limit.
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, cast
@@ -95,6 +96,9 @@ class RunMonitor:
         self.fed: deque[Sequence[StoredLogLine]] = deque()
         self.extractor: MetricExtractor | None = None
         self.silent: list[int] = []
+        # Ranks whose rank agent recorded their end (the worker watch, through the run): they print no more and
+        # are never silent. Replaced whole in the event loop, read in the database thread.
+        self.ended: frozenset[int] = frozenset()
         self.stop_task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -223,6 +227,10 @@ class RunMonitor:
         """When any rank last printed (the launch, before any did)."""
         return max(self.last_heard.values(), default=timezone.now())
 
+    def take_ended(self, ranks: Iterable[int]) -> None:
+        """Ranks found ended, as 0 or not: the watchdog no longer counts them (see JobRun.ranks_recorded_ended)."""
+        self.ended = self.ended | frozenset(ranks)
+
     def still_raised(self, rank: int) -> bool:
         """Whether the rank printed nothing since the traceback it was last seen to raise."""
         return rank in self.raised
@@ -244,9 +252,11 @@ class RunMonitor:
         # Past the log cap the output is no longer stored, so silence can no longer be told from it.
         if not seconds or job["log_lines_dropped"]:
             return None
-        silent = sorted(rank for rank, heard in self.last_heard.items() if (now - heard).total_seconds() > seconds)
+        ended = self.ended
+        silent = sorted(rank for rank, heard in self.last_heard.items()
+                        if rank not in ended and (now - heard).total_seconds() > seconds)
         if silent != self.silent:
-            self._record_silence(silent, seconds, now)
+            self._record_silence(silent, seconds, now, ended)
         self.silent = silent
         if silent and defaults.watchdog_may_stop:
             ranks = ", ".join(str(rank) for rank in silent)
@@ -254,7 +264,7 @@ class RunMonitor:
                                f"Stopped by the watchdog: rank(s) {ranks} printed nothing for more than {seconds} s")
         return None
 
-    def _record_silence(self, silent: list[int], seconds: int, now: datetime) -> None:
+    def _record_silence(self, silent: list[int], seconds: int, now: datetime, ended: frozenset[int]) -> None:
         entries = [
             SilentRank(
                 rank=rank,
@@ -276,6 +286,8 @@ class RunMonitor:
                 message = f"Suspected hung: rank(s) {ranks} printed nothing for more than {seconds} s"
             else:
                 TrainingJob.objects.filter(pk=self.job_id).update(suspected_hung_since=None, silent_ranks=[])
-                message = "No longer suspected hung: every rank printed again"
+                gone = ", ".join(str(rank) for rank in self.silent if rank in ended)
+                message = (f"No longer suspected hung: rank(s) {gone} ended" if gone
+                           else "No longer suspected hung: every rank printed again")
             JobEvent.objects.create(job_id=self.job_id, kind="watchdog", message=message)
         service_line(self.job_id, message)

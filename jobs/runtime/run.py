@@ -319,7 +319,8 @@ class JobRun(RunData):
                                             self.stop_from_console, not_running=self.stopping, on_raised=self.rank_raised)
         watching = asyncio.create_task(monitor.run())
         recorder = ResourceRecorder(self.job_id)
-        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=recorder.take, on_rank_end=self.rank_ended)
+        watch = WorkerWatch(self.plan.workers, self.lose_workers, on_usage=recorder.take,
+                            on_rank_end=self.ranks_recorded_ended)
         # A sample at the launch and one at the end: a job shorter than the sampling interval is not one dot.
         workers = asyncio.create_task(recorder.follow(watch))
         stop = asyncio.create_task(self.carry_out_the_stop())
@@ -418,6 +419,15 @@ class JobRun(RunData):
                            "ending the job's other containers", index)
         self.stopping.set()
         await self.end_containers(unreachable)
+
+    async def ranks_recorded_ended(self, ended: dict[int, RankEnd]) -> None:
+        """Ranks whose agent recorded their end (the worker watch): none of them is silent any more, whatever the
+        watchdog's clock says; those that did not end as 0 may fail the job (rank_ended)."""
+        if self.monitor is not None:
+            self.monitor.take_ended(rank for rank in ended if 0 <= rank < self.plan.rank_count)
+        failed = {rank: end for rank, end in ended.items() if not end.finished}
+        if failed:
+            await self.rank_ended(failed)
 
     async def rank_ended(self, ended: dict[int, RankEnd]) -> None:
         """Ranks found ended, not as 0 (the worker watch), or raising (the monitor), while the job runs: said once

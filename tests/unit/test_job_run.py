@@ -54,7 +54,7 @@ class FakeNodes:
         monkeypatch.setattr(run, "collect_outputs", self.collect_outputs)
         monkeypatch.setattr(run, "WorkerWatch", self.worker_watch)
         self.lose: dict[int, str] = {}  # workers the watch finds lost while mpirun runs
-        self.rank_ends: dict[int, RankEnd] = {}  # ranks the watch finds ended, not as 0, while the others run
+        self.rank_ends: dict[int, RankEnd] = {}  # ranks the watch finds ended (as 0: finished) while the others run
         self.silent: frozenset[int] = frozenset()  # those of them whose node stopped answering
 
     async def prepare_all(self, plan, report, inputs=()):
@@ -84,7 +84,8 @@ class FakeNodes:
                 await stopping.wait()
             if self.rank_ends:
                 await self.on_rank_end(self.rank_ends)
-                await stopping.wait()  # until the run ends the containers, which ends mpirun
+                if not all(end.finished for end in self.rank_ends.values()):
+                    await stopping.wait()  # until the run ends the containers, which ends mpirun
         return self.exit_status
 
     def worker_watch(self, workers, on_lost, on_usage=None, on_rank_end=None):
@@ -255,6 +256,20 @@ def test_a_rank_that_ended_while_the_others_run_is_said_at_once_and_the_job_fail
     assert job.status_message.startswith("Rank 0 ended with exit code 1, and the other ranks waited for it")
     assert job.failure["kind"] != "node_lost", "the containers the run ended are not lost workers"
     assert nodes.teardowns[0] == [0, 1]
+
+
+def test_a_rank_that_finished_as_0_while_the_others_run_is_neither_said_nor_failed_for_but_no_longer_watched(
+        nodes, job, settings):
+    settings.RANK_EXIT_GRACE_SECONDS = 0.1
+    nodes.rank_ends = {1: RankEnd(1, 0, "finished with exit code 0", time.time(), finished=True)}
+    job_run = JobRun(plan_allocated_job(job))
+
+    asyncio.run(in_own_context(job_run.execute()))
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.COMPLETED
+    assert not job.events.filter(kind="rank-ended").exists()
+    assert job_run.monitor is not None and job_run.monitor.ended == {1}, "the watchdog counts rank 1 silent no more"
 
 
 def test_a_worker_whose_node_stopped_answering_is_not_waited_for_and_its_node_is_kept_out_of_service(nodes, job):

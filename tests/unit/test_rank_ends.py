@@ -14,8 +14,13 @@ def test_the_watch_reads_which_ranks_ended_not_as_0_and_how():
     assert state == "running" and usage is not None and usage.cpu_ns == 5, "the rank lines are not usage fields"
 
 
+def test_a_rank_that_ended_as_0_is_read_as_finished_and_not_as_failed():
+    answer = "state=running\nrank-ended rank=2 exit=0 at=1764800000\nrank-ended rank=3 exit=00 at=1764800000\n"
+    assert read_rank_ends(answer, 1) == [RankEnd(2, 1, "finished with exit code 0", 1764800000.0, finished=True)]
+
+
 def test_a_forged_or_malformed_rank_line_is_not_taken():
-    answer = "\n".join(["rank-ended rank=x exit=1 at=1", "rank-ended rank=0 exit=0 at=1", "rank-ended rank=0 exit=999 at=1",
+    answer = "\n".join(["rank-ended rank=x exit=1 at=1", "rank-ended rank=0 exit=999 at=1",
                         "rank-ended rank=0 exit=1", "rank-ended rank=1 signal=99 at=1", "rank-ended rank=٣ exit=1 at=1",
                         "rank-ended rank=2 exit=2 at=17648000009999999"])
     assert read_rank_ends(answer, 0) == []

@@ -67,9 +67,10 @@ if [ -n "$gpus" ] && command -v nvidia-smi >/dev/null 2>&1; then
         awk -F', *' '{ util += $1; mem += $2; n++ } END { if (n) printf "gpu_util=%d gpu_mem_mib=%d\n", util / n, mem }'
 fi
 
-# The ranks of this worker that have ended on their own, and not as 0 ("rank-ended rank=N exit=C at=T" or
-# "signal=S"): the rank agents' records (rank-agent.sh), read as the job's user, as the teardown reads them.
-# They are the job's own claim; the console only warns of them and, if the job does not end, ends it failed.
+# The ranks of this worker that have ended on their own ("rank-ended rank=N exit=C at=T" or "signal=S"): the
+# rank agents' records (rank-agent.sh), read as the job's user, as the teardown reads them. They are the job's
+# own claim; the console warns of one that did not end as 0 and, if the job does not end, ends it failed, and
+# no longer counts any of them as silent (a rank that printed its last line and exited is not hung).
 if [ -d "$home/.mpi/ranks" ] && command -v setpriv >/dev/null 2>&1; then
     owner=$(stat -c '%u:%g' "$home" 2>/dev/null) || owner=0:0
     if [ "${owner%:*}" != 0 ]; then
@@ -81,7 +82,7 @@ if [ -d "$home/.mpi/ranks" ] && command -v setpriv >/dev/null 2>&1; then
                 case "$rank" in ""|*[!0-9]*) continue ;; esac
                 [ -f "$record" ] || continue
                 grep -q "^stop=" "$record" && continue
-                ended=$(grep -m 1 -E "^(exit=[1-9][0-9]{0,2}|signal=[0-9]{1,2})$" "$record")
+                ended=$(grep -m 1 -E "^(exit=(0|[1-9][0-9]{0,2})|signal=[0-9]{1,2})$" "$record")
                 [ -n "$ended" ] && echo "rank-ended rank=$rank $ended at=$(date -r "$record" +%s)"
             done' sh "$home/.mpi/ranks" 2>/dev/null
     fi
