@@ -94,6 +94,31 @@ def watchdog_limit(job) -> int:
 
 
 @register.filter
+def hung_hint(job) -> dict | None:
+    """While a running job is suspected hung, what its state badge adds: how long its ranks have been silent, in a
+    few words ("silent 12 min"), and which ranks past what limit, as the badge's title; None otherwise."""
+    if job.status != JobStatus.RUNNING or not job.suspected_hung_since:
+        return None
+    since = [job.suspected_hung_since]
+    for entry in job.silent_ranks or []:
+        try:
+            moment = datetime.fromisoformat(str(entry.get("silent_since", "")))
+        except ValueError:
+            continue
+        if timezone.is_aware(moment):
+            since.append(moment)
+    minutes = max(int((timezone.now() - min(since)).total_seconds() // 60), 1)
+    if minutes < 120:
+        words = _("silent %(minutes)s min") % {"minutes": minutes}
+    else:
+        words = _("silent %(hours)s h") % {"hours": minutes // 60}
+    ranks = ", ".join(str(entry.get("rank", "")) for entry in job.silent_ranks or [])
+    title = _("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s") % {
+        "ranks": ranks, "seconds": job_watchdog_limit(job.watchdog_seconds)}
+    return {"words": words, "title": title}
+
+
+@register.filter
 def event_message(text: str) -> str:
     """A timeline or state message in the page's language when it is one of the console's own, and any
     Python repr of an exception in it said in plain words."""

@@ -42,6 +42,9 @@
     badge.className = "badge badge-" + meta.badge;
     badge.dataset.status = status;
     badge.textContent = meta.label;
+    // A "silent 12 min" hint is the server's, for the state it rendered (see _state_badge.html): not this one's.
+    delete badge.dataset.hung;
+    badge.removeAttribute("title");
   }
 
   function showActionsFor(container, status, states) {

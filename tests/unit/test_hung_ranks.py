@@ -64,3 +64,49 @@ def test_a_job_suspected_hung_for_ranks_that_then_end_is_cleared_and_the_timelin
     said = list(JobEvent.objects.filter(job=running_job, kind="watchdog").order_by("id").values_list("message", flat=True))
     assert said == ["Suspected hung: rank(s) 1, 2 printed nothing for more than 60 s",
                     "No longer suspected hung: rank(s) 1, 2 ended"]
+
+
+def badge_of(page: str) -> str:
+    start = page.index("data-state-badge")
+    return page[page.rindex("<span", 0, start):page.index("</span>", start) + len("</span>")]
+
+
+def suspect(job: TrainingJob, minutes_silent: int) -> None:
+    since = timezone.now() - timedelta(minutes=minutes_silent)
+    TrainingJob.objects.filter(pk=job.pk).update(
+        suspected_hung_since=since + timedelta(minutes=1),
+        silent_ranks=[{"rank": 2, "worker": 1, "node": "node-b", "silent_since": since.isoformat(), "last_line": "step 40"},
+                      {"rank": 3, "worker": 1, "node": "node-b", "silent_since": timezone.now().isoformat(),
+                       "last_line": "step 41"}])
+
+
+def test_the_list_shows_a_job_suspected_hung_as_running_and_silent_for_so_long_naming_its_ranks_on_hover(
+        client, owner, running_job):
+    suspect(running_job, minutes_silent=12)
+    client.force_login(owner)
+
+    badge = badge_of(client.get("/").content.decode())
+
+    assert "Running · silent 12 min</span>" in badge, "counted from the rank silent longest"
+    assert 'title="Suspected hung: rank(s) 2, 3 printed nothing for more than 60 s"' in badge
+    assert "data-hung" in badge and 'data-status="Running"' in badge, "the page's scripts still read the state"
+
+
+def test_the_job_pages_live_header_says_so_too_in_hours_once_silent_for_hours(client, owner, running_job):
+    suspect(running_job, minutes_silent=185)
+    client.force_login(owner)
+
+    badge = badge_of(client.get(f"/jobs/{running_job.pk}/live").content.decode())
+
+    assert "Running · silent 3 h</span>" in badge
+
+
+def test_a_running_job_nobody_suspects_and_an_ended_job_that_was_suspected_show_their_state_alone(
+        client, owner, running_job, make_job):
+    ended = make_job(name="ended", status=JobStatus.FAILED)
+    suspect(ended, minutes_silent=30)
+    client.force_login(owner)
+
+    for job in (running_job, ended):
+        badge = badge_of(client.get(f"/jobs/{job.pk}").content.decode())
+        assert "silent" not in badge and "data-hung" not in badge and "title=" not in badge, badge
