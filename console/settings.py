@@ -12,6 +12,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
+from console.liveness import heartbeat_seconds
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -276,6 +278,10 @@ SPECTACULAR_SETTINGS = {
 }
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Celery beat, or a Celery worker, silent this long is taken as hung (SIGSTOPped, deadlocked): `runconsole`
+# kills it and starts it again (console.liveness). Beat sends its heartbeat a few times within it.
+HUNG_PROCESS_SECONDS = env_int("HUNG_PROCESS_SECONDS", 60, minimum=4)
+BEAT_HEARTBEAT_SECONDS = heartbeat_seconds(HUNG_PROCESS_SECONDS)
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 # Tasks are acknowledged when taken, not when done. A job's run lasts as long as the job, longer than
 # Redis' visibility timeout, and late acks would hand it to a second worker; they also make the worker
@@ -303,6 +309,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
     "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
+    # Beat's sign of life (console.liveness); a tick that waited past the next one is dropped, so the one
+    # recorded is never more than a tick behind beat.
+    "beat-heartbeat": {"task": "jobs.tasks.beat_heartbeat", "schedule": BEAT_HEARTBEAT_SECONDS,
+                       "options": {"expires": BEAT_HEARTBEAT_SECONDS}},
     # The outbox of end notifications: what a broker that was away kept from going out.
     "sweep-end-notices": {"task": "jobs.tasks.sweep_end_notices", "schedule": 30.0},
     # Slurm pools: what Slurm did to the jobs it holds (a cancel, a time limit, a preemption), seen within

@@ -3,7 +3,8 @@
 A child that exits is started again after a pause that doubles with each quick crash (up to
 MAX_BACKOFF_SECONDS), instead of taking the whole console and its local cluster down. Each child is
 asked by the kernel to end when the supervisor dies (PR_SET_PDEATHSIG), so none is left orphaned,
-still queueing tasks, beside the next console.
+still queueing tasks, beside the next console. A child that hangs instead of exiting is killed by whoever
+watches it (kill(); runconsole's watch over the Celery processes) and so started again too.
 """
 
 import ctypes
@@ -30,6 +31,7 @@ class Child:
     start: Callable[[], subprocess.Popen]
     process: subprocess.Popen | None = None
     started_at: float = 0.0
+    started_wall: float = 0.0  # the same moment on the wall clock, which other processes' records use
     backoff: float = 1.0
     restart_at: float | None = None
     restarts: int = 0
@@ -50,6 +52,7 @@ class Supervisor:
     def launch(self, child: Child, now: float | None = None) -> None:
         child.process = child.start()
         child.started_at = time.monotonic() if now is None else now
+        child.started_wall = time.time()
         child.restart_at = None
 
     def poll(self, now: float | None = None) -> None:
@@ -71,6 +74,16 @@ class Supervisor:
             child.restart_at = now + child.backoff
             self.say(f"{child.name} exited with {code}; starting it again in {child.backoff:.0f} s")
             child.backoff = min(child.backoff * 2, MAX_BACKOFF_SECONDS)
+
+    def kill(self, child: Child, why: str) -> bool:
+        """End a child that hangs, for poll() to start it again as any child that exited; False if it had ended
+        already. SIGKILL: a SIGSTOPped process keeps a SIGTERM pending until it is continued."""
+        if child.process is None or child.process.poll() is not None:
+            return False
+        self.say(f"{child.name} {why}: killing it")
+        child.process.kill()
+        child.process.wait()
+        return True
 
     def stop_all(self, stop: Callable[[subprocess.Popen], None]) -> None:
         for child in reversed(self.children):

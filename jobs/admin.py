@@ -39,6 +39,7 @@ from jobs.models import (
     Worker,
 )
 from jobs.object_store.client import ObjectStore, StoreError
+from jobs.pages.capacity import console_processes
 from jobs.results.checkpoints import lost_work_totals
 from jobs.secret_box import seal_secret
 from jobs.submission import task_queue
@@ -331,6 +332,10 @@ class NodeAdmin(admin.ModelAdmin):
         (_("Scheduling"), {"fields": ["enabled", "draining", "state_badge", "job"]}),
         (_("Health"), {"fields": ["last_seen", "last_checked_at", "last_check_message", "health_facts"]}),
     ]
+
+    def changelist_view(self, request, extra_context=None):
+        # A hung beat checks no node: a node whose link came back would stay NotReady with nothing said.
+        return super().changelist_view(request, {**(extra_context or {}), **console_processes()})
 
     def get_fieldsets(self, request, obj=None):
         # The private key is a write-only form field. Without the change permission Django renders every field

@@ -5,6 +5,7 @@ import posixpath
 import re
 import secrets
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from django.conf import settings
@@ -1156,3 +1157,39 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.url}"
+
+
+class ConsoleProcess(models.Model):
+    """What is known of one of the console's Celery processes: when it last gave a sign of life (beat: its
+    heartbeat task ran; a worker: it answered `runconsole`'s ping) and its last restart for being silent.
+
+    In the database rather than Redis: the pages already read it, it outlives a Redis restart, and beat's
+    heartbeat writes one row every few seconds."""
+
+    class Role(models.TextChoices):
+        BEAT = "beat", _("Scheduler (Celery beat)")
+        RUNS_WORKER = "worker-runs", _("Worker of the runs queue")
+        CONTROL_WORKER = "worker-control", _("Worker of the control queue")
+
+    name = models.CharField(max_length=20, choices=Role.choices, unique=True)
+    seen_at = models.DateTimeField(null=True, blank=True)
+    restarted_at = models.DateTimeField(null=True, blank=True)
+    # How long it had been silent when it was killed.
+    restart_silence_seconds = models.PositiveIntegerField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.get_name_display()
+
+    @classmethod
+    def seen(cls, name: str, at: datetime) -> None:
+        cls.objects.update_or_create(name=name, defaults={"seen_at": at})
+
+    @classmethod
+    def restarted(cls, name: str, at: datetime, silence_seconds: float) -> None:
+        row, _created = cls.objects.get_or_create(name=name)
+        cls.objects.filter(pk=row.pk).update(restarted_at=at, restart_silence_seconds=round(silence_seconds),
+                                             restarts=models.F("restarts") + 1)

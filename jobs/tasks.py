@@ -11,11 +11,12 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.core.cache import cache
 from django.db import transaction
+from django.utils import timezone
 
 from console.database_busy import DATABASE_UNAVAILABLE
 from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
-from jobs.models import Node, ResourcePool
+from jobs.models import ConsoleProcess, Node, ResourcePool
 from jobs.runtime import node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
 
@@ -144,3 +145,10 @@ def notify_job_ended(job_id: int) -> None:
 def sweep_end_notices() -> list[int]:
     """Queue the end notices a broker that was away kept from going out."""
     return notifications.sweep_end_notices()
+
+
+@shared_task(ignore_result=True)
+def beat_heartbeat() -> None:
+    """Beat's sign of life, sent every BEAT_HEARTBEAT_SECONDS: `runconsole` kills a beat that has gone silent and
+    starts it again, and the capacity page says when the scheduler was last seen."""
+    ConsoleProcess.seen(ConsoleProcess.Role.BEAT, timezone.now())

@@ -1,12 +1,16 @@
-"""Capacity per pool: nodes by state, GPUs free and busy, and how many jobs wait, by spec."""
+"""Capacity per pool: nodes by state, GPUs free and busy, and how many jobs wait, by spec; and whether the
+scheduler and the workers that serve them are alive."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import Count, Sum
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from jobs.models import JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
+from console.liveness import is_stale
+from jobs.models import ConsoleProcess, JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
 
 STATES = [Node.DisplayState.READY, Node.DisplayState.BUSY, Node.DisplayState.DRAINING, Node.DisplayState.NOT_READY]
 
@@ -95,3 +99,33 @@ def pool_capacity() -> list[PoolCapacity]:
             slurm=pool if pool is not None and pool.is_slurm else None,
         ))
     return pools
+
+
+@dataclass
+class ProcessLiveness:
+    """One Celery process as the pages show it: how long ago it was last seen, and its last restart."""
+
+    label: str
+    seen_ago: int | None
+    stale: bool
+    record: ConsoleProcess | None
+
+
+def console_processes() -> dict[str, object]:
+    """For templates/jobs/_console_processes.html: beat, always (a console without its heartbeat has no
+    scheduler), the workers `runconsole` watches, and the limit past which one is taken as hung."""
+    now = timezone.now()
+    records = {record.name: record for record in ConsoleProcess.objects.all()}
+    shown = []
+    for role in ConsoleProcess.Role:
+        record = records.get(role)
+        if record is None and role != ConsoleProcess.Role.BEAT:
+            continue
+        seen_at = record.seen_at if record else None
+        shown.append(ProcessLiveness(
+            label=str(role.label),
+            seen_ago=int((now - seen_at).total_seconds()) if seen_at else None,
+            stale=is_stale(now.timestamp(), seen_at.timestamp() if seen_at else None, settings.HUNG_PROCESS_SECONDS),
+            record=record,
+        ))
+    return {"processes": shown, "hung_limit": settings.HUNG_PROCESS_SECONDS}

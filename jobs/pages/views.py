@@ -30,7 +30,7 @@ from jobs.models import (
     ResourceSpec,
     TrainingJob,
 )
-from jobs.pages.capacity import pool_capacity
+from jobs.pages.capacity import console_processes, pool_capacity
 from jobs.pages.display import display
 from jobs.pages.job_list import WITHIN_CHOICES, filtered_jobs, list_filters, sort_links
 from jobs.pages.log_download import timestamped_log_response
@@ -288,4 +288,4 @@ def job_delete(request, pk):
 
 @login_required
 def capacity(request):
-    return render(request, "jobs/capacity.html", {"pools": pool_capacity()})
+    return render(request, "jobs/capacity.html", {"pools": pool_capacity(), **console_processes()})

@@ -1,6 +1,7 @@
 """`runconsole`: the whole console on its embedded defaults, in the foreground; Ctrl-C stops what it started.
 
-Its children are supervised: one that crashes is started again, and none outlives it.
+Its children are supervised: one that crashes is started again, as is Celery beat or a worker that hangs
+(jobs.management.process_watch), and none outlives it.
 """
 
 import signal
@@ -17,6 +18,8 @@ from console import services
 from console.supervisor import Supervisor, end_with_parent
 from jobs import localcluster, localstore
 from jobs.management.commands.localstore import other_store_configured
+from jobs.management.process_watch import ProcessWatch
+from jobs.models import ConsoleProcess
 
 
 def local_address(host: str) -> str:
@@ -77,12 +80,16 @@ class Command(BaseCommand):
                 self.start_object_store(children, logs, nodes_reach=localcluster.gateway(settings.LOCALCLUSTER_SUBNET))
             # Runs and control work in worker processes of their own (console/settings.py, CELERY_TASK_QUEUES):
             # a full set of runs never delays a stop, a node check, a dispatch or a notification.
-            children.add("celery worker (runs)", lambda: services.start_celery_worker(
+            runs = children.add("celery worker (runs)", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker-runs.log", preexec_fn=end_with_parent, queues="runs", name="runs"))
-            children.add("celery worker (control)", lambda: services.start_celery_worker(
+            control = children.add("celery worker (control)", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker-control.log", concurrency=settings.CONTROL_THREADS,
                 preexec_fn=end_with_parent, queues="control", name="control"))
-            children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log", end_with_parent))
+            beat = children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log",
+                                                                                  end_with_parent))
+            # Beat or a worker that hangs rather than exits is killed, then started again as if it had crashed.
+            watch = ProcessWatch(children, beat, {ConsoleProcess.Role.RUNS_WORKER: runs,
+                                                  ConsoleProcess.Role.CONTROL_WORKER: control}, self.stderr.write)
             # uvicorn with the console's own HTTP protocol (a deadline on each request's headers).
             web = children.add("web server", lambda: subprocess.Popen(
                 services.web_server_command(host, port), cwd=settings.BASE_DIR, preexec_fn=end_with_parent))
@@ -96,6 +103,7 @@ class Command(BaseCommand):
                 time.sleep(0.5)
                 if not stopping:
                     children.poll()
+                    watch.poll()
         except KeyboardInterrupt:
             pass
         finally:
