@@ -558,6 +558,17 @@ class RunOutcome(models.TextChoices):
     STOPPED = "stopped", "stopped"
 
 
+class WatchdogAction(models.TextChoices):
+    """What the watchdog does with a job it suspects hangs (LauncherDefaults.watchdog_may_stop is everyone's default)."""
+
+    WARN = "warn", _("Only warn")
+    STOP = "stop", _("Stop the job")
+
+
+# In TrainingJob.rank_exit_grace_seconds: a rank's end never fails the job (None is the setting's default).
+RANK_EXIT_NEVER = -1
+
+
 class StopReason(models.TextChoices):
     USER = "", _("Stopped by the user")
     AUTO_STOP = "auto_stop", _("Stopped by auto stop")
@@ -628,8 +639,13 @@ class TrainingJob(models.Model):
     # Metric definitions ({name, regex}) the job's log is read with, and each metric's last value.
     metric_definitions = models.JSONField(default=list, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
-    # Seconds a rank may be silent before the job is suspected hung (0: no watchdog).
+    # Seconds a rank may be silent before the job is suspected hung (0: no watchdog), and whether the watchdog then
+    # stops the job; each None when its user chose nothing: the administrator's default, read while the job runs.
     watchdog_seconds = models.PositiveIntegerField(null=True, blank=True)
+    watchdog_action = models.CharField(max_length=8, choices=WatchdogAction.choices, null=True, blank=True)
+    # Seconds the job may go on after a rank ended not as 0 (or raised) while the others wait, before it fails:
+    # 0 fails it at once, RANK_EXIT_NEVER never, None takes the RANK_EXIT_GRACE_SECONDS setting when it is needed.
+    rank_exit_grace_seconds = models.IntegerField(null=True, blank=True, validators=[MinValueValidator(RANK_EXIT_NEVER)])
     # Set while the watchdog suspects the job hangs; silent_ranks lists {rank, worker, node, silent_since, last_line}.
     suspected_hung_since = models.DateTimeField(null=True, blank=True)
     silent_ranks = models.JSONField(default=list, blank=True)

@@ -1,5 +1,6 @@
 """tc's commands: each reads the API and prints for a person, or JSON with --json."""
 
+import argparse
 import getpass
 import json
 import sys
@@ -13,13 +14,33 @@ from .follow import Follower, exit_code_of
 
 LIST_COLUMNS = (("id", "ID"), ("name", "NAME"), ("status", "STATUS"), ("engine", "ENGINE"), ("spec", "SPEC"),
                 ("node_count", "NODES"), ("exit_code", "EXIT"), ("created_at", "CREATED"))
-# The submission flags, each the API field of the same meaning.
+WATCHDOG_ACTIONS = ("warn", "stop")
+
+
+def watchdog_action(text: str) -> str:
+    """--watchdog-action: what the watchdog does once it suspects the job hangs."""
+    if text not in WATCHDOG_ACTIONS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(WATCHDOG_ACTIONS)}")
+    return text
+
+
+def seconds_or_off(text: str) -> int | str:
+    """--rank-exit-grace: whole seconds (0: fail at once), or off (never fail for a rank's end)."""
+    if text == "off":
+        return text
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds, nor off")
+    return int(text)
+
+
+# The submission flags, each the API field of the same meaning, with how its value is read (int: a whole number).
 SUBMIT_FLAGS = (("--name", "name", str), ("--description", "description", str), ("--engine", "engine", str),
                 ("--engine-version", "engine_version", str), ("--code-dir", "code_dir", str),
                 ("--boot-file", "boot_file", str), ("--spec", "spec", str), ("--pool", "pool", str),
                 ("--nodes", "node_count", int), ("--data-url", "data_url", str), ("--train-url", "train_url", str),
                 ("--extra-args", "extra_args", str), ("--auto-stop-hours", "auto_stop_hours", int),
-                ("--watchdog-seconds", "watchdog_seconds", int),
+                ("--watchdog-seconds", "watchdog_seconds", int), ("--watchdog-action", "watchdog_action", watchdog_action),
+                ("--rank-exit-grace", "rank_exit_grace_seconds", seconds_or_off),
                 ("--checkpoint-grace", "checkpoint_grace_seconds", int))
 
 

@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "submit":
             found.add_argument("file", nargs="?", help="a YAML or JSON document: the API's submission body (- for stdin)")
             for flag, field, kind in commands.SUBMIT_FLAGS:
-                found.add_argument(flag, dest=field, type=non_negative if kind is int else str,
+                found.add_argument(flag, dest=field, type=non_negative if kind is int else kind,
                                    help=f"the job's {field}")
             found.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                                help="a hyperparameter (repeatable)")

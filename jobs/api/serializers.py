@@ -6,11 +6,23 @@ only describe the body a submission posts.
 """
 
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.allocation import waiting_reason
 from jobs.launch.masking import mask_shell_text, masked
-from jobs.models import Attempt, Checkpoint, CodeDirectory, EngineVersion, ResourceSpec, TrainingJob, Worker
+from jobs.models import (
+    RANK_EXIT_NEVER,
+    Attempt,
+    Checkpoint,
+    CodeDirectory,
+    EngineVersion,
+    ResourceSpec,
+    TrainingJob,
+    Worker,
+)
+from jobs.submission.forms import SecondsOrOffField
 
 # The platform's own arguments, which the form takes as fields and a job keeps as its first parameters.
 URL_FIELDS = ("data_url", "train_url")
@@ -217,6 +229,21 @@ class AttemptSerializer(serializers.ModelSerializer):
         }
 
 
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 0, "maximum": SecondsOrOffField.MAX_SECONDS},
+                               {"type": "string", "enum": ["off"]}], "nullable": True})
+class SecondsOrOffSerializerField(serializers.Field):
+    """Seconds, or "off" (kept as RANK_EXIT_NEVER); null is the default. The form (SecondsOrOffField) validates."""
+
+    def to_representation(self, value: int) -> int | str:
+        return "off" if value == RANK_EXIT_NEVER else value
+
+    def to_internal_value(self, data) -> int | None:
+        try:
+            return SecondsOrOffField().clean(data)
+        except ValidationError as error:
+            raise serializers.ValidationError(error.messages) from None
+
+
 class TrainingJobSerializer(serializers.ModelSerializer):
     """A job: its writable fields are its submission, the read-only ones what became of it."""
 
@@ -254,6 +281,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     resume_from_job = serializers.IntegerField(source="resume_source_id", required=False, allow_null=True,
                                                min_value=1, max_value=2**63 - 1, help_text=("Start from the newest checkpoint of this job of yours (a "
                                                           "Rebuild that resumes): it gets MA_RESUME_FROM."))
+    rank_exit_grace_seconds = SecondsOrOffSerializerField(required=False, allow_null=True, help_text=(
+        "How long the job may go on after one of its ranks ended not as 0 (or raised) while the others wait, "
+        "before it fails: seconds (0: at once), \"off\" (never for this reason), or omitted or null: the "
+        "console's RANK_EXIT_GRACE_SECONDS, read when the job runs."))
     checkpoints = CheckpointSerializer(many=True, read_only=True, help_text=(
         "The checkpoints its program saved (MA_CHECKPOINT_DIR's manifest), newest first."))
     attempts = AttemptSerializer(many=True, read_only=True, help_text=(
@@ -263,7 +294,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         model = TrainingJob
         fields = ["id", "name", "description", "owner", "status", "status_message", "engine", "engine_version",
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
-                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "max_restarts", "predownload",
+                  "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "watchdog_action",
+                  "rank_exit_grace_seconds", "max_restarts", "predownload",
                   "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "checkpoints", "attempts",
                   "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
@@ -287,6 +319,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                                               "(0: no watchdog; omitted or null: the administrator's default, "
                                               "read when the job runs).",
                                  "min_value": 0, "max_value": 7 * 24 * 3600},
+            "watchdog_action": {"help_text": "What the watchdog does once it suspects the job hangs: warn (marks it "
+                                             "and lists its silent ranks) or stop (stops it as a user would, with "
+                                             "its notice); omitted or null: the administrator's default, read when "
+                                             "the job runs."},
             "max_restarts": {"help_text": "Auto restart: how many more attempts a job that fails for a restartable "
                                           "reason (a node or worker lost, NCCL or the network, a rank killed by a "
                                           "signal nobody sent) gets, 0-3; 0 is off.", "min_value": 0, "max_value": 3},

@@ -1,11 +1,14 @@
-"""The hung-rank watchdog's time for a job.
+"""What a job chose for the watchdog and for a rank's end, or the default, read when it is needed.
 
 A job keeps only what its user chose (None: nothing chosen), so that a Rebuild copies a choice and never the
-default of the day; the administrator's default is read when the time is needed, by the monitor that watches
-the job and by the pages and the API that say it.
+default of the day; the default (the administrator's launcher defaults, or the RANK_EXIT_GRACE_SECONDS setting)
+is read when the choice is needed, by the run and the monitor that watch the job and by the pages and the API
+that say it.
 """
 
-from jobs.models import LauncherDefaults
+from django.conf import settings
+
+from jobs.models import RANK_EXIT_NEVER, LauncherDefaults, WatchdogAction
 
 
 def watchdog_limit(chosen: int | None, defaults: LauncherDefaults | None = None) -> int:
@@ -13,3 +16,18 @@ def watchdog_limit(chosen: int | None, defaults: LauncherDefaults | None = None)
     if chosen is not None:
         return chosen
     return (defaults or LauncherDefaults.current()).watchdog_seconds
+
+
+def watchdog_stops(chosen: str | None, defaults: LauncherDefaults | None = None) -> bool:
+    """Whether the watchdog stops a job it suspects hangs (else it only marks it and says so)."""
+    if chosen:
+        return chosen == WatchdogAction.STOP
+    return (defaults or LauncherDefaults.current()).watchdog_may_stop
+
+
+def rank_exit_grace(chosen: int | None) -> float | None:
+    """Seconds a job may go on after a rank ended not as 0 while the others wait, before it fails (0: at once);
+    None: never. The setting's 0 means never, as it always has; a job says never with RANK_EXIT_NEVER."""
+    if chosen is None:
+        return float(settings.RANK_EXIT_GRACE_SECONDS) or None
+    return None if chosen == RANK_EXIT_NEVER else float(chosen)

@@ -6,9 +6,9 @@ them (one pass, nothing read back), and from the database only what it was not t
 again, lines another writer stored between two batches, the last lines at the end). Each rank's line moves
 that rank's "last heard" time and may hold metric values. A rank silent for longer than the job's
 watchdog time (and not recorded as ended by its rank agent: a rank that printed its last line and exited
-is not hung) marks the job suspected hung (the job page and the API list the silent ranks); with
-the administrator's leave the monitor then asks the run to stop the job, as it does when the job
-reaches its auto stop limit.
+is not hung) marks the job suspected hung (the job page and the API list the silent ranks); when the job's user
+chose so (or, choosing nothing, with the administrator's leave) the monitor then asks the run to stop the
+job, as it does when the job reaches its auto stop limit.
 """
 
 import asyncio
@@ -28,7 +28,7 @@ from jobs.launch.plan import worker_of_rank
 from jobs.logs.store import StoredLogLine, lines_after, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
 from jobs.results.metrics import MetricExtractor, default_metric_definitions
-from jobs.results.watchdog import watchdog_limit
+from jobs.results.watchdog import watchdog_limit, watchdog_stops
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class WatchedJob(TypedDict):
     started_at: datetime | None
     auto_stop_hours: int | None
     watchdog_seconds: int | None  # the user's choice; None: the administrator's default
+    watchdog_action: str | None  # the same: "warn" or "stop"
     log_lines_dropped: int
 
 
@@ -258,7 +259,7 @@ class RunMonitor:
         if silent != self.silent:
             self._record_silence(silent, seconds, now, ended)
         self.silent = silent
-        if silent and defaults.watchdog_may_stop:
+        if silent and watchdog_stops(job["watchdog_action"], defaults):
             ranks = ", ".join(str(rank) for rank in silent)
             return StopRequest(StopReason.WATCHDOG,
                                f"Stopped by the watchdog: rank(s) {ranks} printed nothing for more than {seconds} s")

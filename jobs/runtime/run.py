@@ -46,6 +46,7 @@ from jobs.models import (
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
+from jobs.results.watchdog import rank_exit_grace
 from jobs.runtime.data_out import store_destination
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
 from jobs.runtime.launcher import STOP_GRACE_SECONDS, LaunchCursor, launch
@@ -122,6 +123,10 @@ def _launch_cursor(job_id: int) -> LaunchCursor:
 def _close_connection() -> None:
     # Looked up in the thread that runs it: each thread has its own database connection.
     connection.close()
+
+
+def _rank_exit_grace(job_id: int) -> float | None:
+    return rank_exit_grace(TrainingJob.objects.values_list("rank_exit_grace_seconds", flat=True).get(pk=job_id))
 
 
 def _status(job_id: int) -> str:
@@ -431,9 +436,9 @@ class JobRun(RunData):
 
     async def rank_ended(self, ended: dict[int, RankEnd]) -> None:
         """Ranks found ended, not as 0 (the worker watch), or raising (the monitor), while the job runs: said once
-        each; if the job does not end within RANK_EXIT_GRACE_SECONDS, the run ends its containers and the job
-        fails with that rank's card. Only the plan's ranks count, and a time ahead of now is taken as now (the
-        records are the job's own)."""
+        each; if the job does not end within its grace (the job's choice, else RANK_EXIT_GRACE_SECONDS; it may be
+        0, or never), the run ends its containers and the job fails with that rank's card. Only the plan's ranks
+        count, and a time ahead of now is taken as now (the records are the job's own)."""
         if self.stopping.is_set():
             return
         now = time.time()
@@ -450,8 +455,10 @@ class JobRun(RunData):
             words = f"Rank {end.rank} (worker-{end.worker}, {node}) {end.how} at {when} UTC; the other ranks are still running"
             await in_database(job_event, self.job_id, "rank-ended", words)
             await self.say(words, end.worker)
-        grace = settings.RANK_EXIT_GRACE_SECONDS
-        if new and grace > 0 and self.failing_for_rank_end is None:
+        if not new or self.failing_for_rank_end is not None:
+            return
+        grace = await in_database(_rank_exit_grace, self.job_id)
+        if grace is not None and self.failing_for_rank_end is None:
             self.failing_for_rank_end = asyncio.create_task(self.fail_after_rank_end(grace))
 
     def raising(self, rank: int) -> bool:

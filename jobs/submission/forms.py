@@ -25,10 +25,20 @@ from jobs.launch.command_builder import (
 )
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
-from jobs.models import CodeDirectory, EngineVersion, LauncherDefaults, ResourcePool, ResourceSpec, TrainingJob
+from jobs.models import (
+    RANK_EXIT_NEVER,
+    CodeDirectory,
+    EngineVersion,
+    LauncherDefaults,
+    ResourcePool,
+    ResourceSpec,
+    TrainingJob,
+    WatchdogAction,
+)
 from jobs.node_facts import shared_interfaces
 from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
+from jobs.results.watchdog import rank_exit_grace
 from jobs.submission.access import visible_code_dirs
 from jobs.submission.object_urls import object_url_problem
 
@@ -54,8 +64,8 @@ AUTO_STOP_CHOICES = [("", _("Off")), ("1", "1 h"), ("2", "2 h"), ("4", "4 h"), (
 AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.isdigit()}
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
-                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "max_restarts",
-                      "predownload", "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job")
+                      "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "watchdog_action",
+                      "rank_exit_grace_seconds", "max_restarts", "predownload", "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job")
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:
@@ -133,6 +143,23 @@ class NameOrIdChoiceField(forms.ModelChoiceField):
         raise ValidationError(_("%(value)s is not one of the available choices."), code="invalid_choice", params={"value": text})
 
 
+class SecondsOrOffField(forms.Field):
+    """Whole seconds (0 and up), or "off" (RANK_EXIT_NEVER); empty is None, the default. JSON's number and the
+    page's text alike."""
+
+    MAX_SECONDS = 7 * 24 * 3600
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        text = str(value).strip().lower()
+        if text == "off":
+            return RANK_EXIT_NEVER
+        if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) > self.MAX_SECONDS:
+            raise ValidationError(_("Give a number of seconds from 0 to %(max)s, or off."), params={"max": self.MAX_SECONDS})
+        return int(text)
+
+
 class TrainingJobForm(forms.Form):
     name = forms.CharField(max_length=64)
     description = forms.CharField(max_length=256, required=False)
@@ -156,6 +183,12 @@ class TrainingJobForm(forms.Form):
     metrics = forms.JSONField(required=False)
     # Seconds a rank may print nothing before the job is suspected hung; empty takes the administrator's default, 0 turns it off.
     watchdog_seconds = forms.IntegerField(min_value=0, max_value=7 * 24 * 3600, required=False)
+    # What the watchdog then does: only warn, or stop the job (with its notice); empty takes the administrator's default.
+    watchdog_action = forms.ChoiceField(choices=[("", _("The administrator's default")), *WatchdogAction.choices],
+                                        required=False)
+    # How long the job may go on after a rank ended not as 0 while the others wait, before it fails: seconds (0: at
+    # once), "off" (never for this reason), or empty (the RANK_EXIT_GRACE_SECONDS setting).
+    rank_exit_grace_seconds = SecondsOrOffField(required=False)
     # Auto restart, as the reference offers it: off (0), or up to 3 more attempts after a restartable failure.
     max_restarts = forms.IntegerField(min_value=0, max_value=3, required=False)
     # Bring an s3:// or obs:// train_url's files back before the start, to resume from a checkpoint there.
@@ -211,11 +244,24 @@ class TrainingJobForm(forms.Form):
             # of the day it is submitted.
             "metrics": job.metric_definitions,
             "watchdog_seconds": job.watchdog_seconds,
+            "watchdog_action": job.watchdog_action or "",
+            "rank_exit_grace_seconds": "off" if job.rank_exit_grace_seconds == RANK_EXIT_NEVER else job.rank_exit_grace_seconds,
             "max_restarts": job.max_restarts,
             "predownload": job.predownload,
             "checkpoint_grace_seconds": job.checkpoint_grace_seconds,
             "checkpoint_signal": job.checkpoint_signal,
         }
+
+    @property
+    def default_watchdog_stops(self) -> bool:
+        """What the watchdog does for a job that chose nothing (the page's hint says it)."""
+        return LauncherDefaults.current().watchdog_may_stop
+
+    @property
+    def default_rank_exit_grace(self) -> int | None:
+        """The seconds after a rank's end for a job that chose nothing; None: never (the page's hint says it)."""
+        grace = rank_exit_grace(None)
+        return None if grace is None else int(grace)
 
     @property
     def parameter_rows(self) -> list[dict]:
@@ -350,6 +396,9 @@ class TrainingJobForm(forms.Form):
                 continue
             pairs[name] = row.get("value", "")
         return pairs, problems
+
+    def clean_watchdog_action(self) -> str | None:
+        return self.cleaned_data.get("watchdog_action") or None
 
     def clean_metrics(self):
         try:

@@ -48,10 +48,13 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         checkpoint_grace_seconds=data.get("checkpoint_grace_seconds") or 0,
         checkpoint_signal=data.get("checkpoint_signal") or DEFAULT_NOTICE_SIGNAL,
         resume_source_id=data.get("resume_from_job") or None,
-        # Only what the user chose: no metrics means the defaults and no watchdog time the administrator's, each
-        # read when it is used, so a Rebuild copies the choices and the copy follows the defaults of its own day.
+        # Only what the user chose: no metrics means the defaults, no watchdog time or action the administrator's,
+        # no rank-exit grace the setting's, each read when it is used, so a Rebuild copies the choices and the copy
+        # follows the defaults of its own day.
         metric_definitions=data.get("metrics") or [],
         watchdog_seconds=data.get("watchdog_seconds"),
+        watchdog_action=data.get("watchdog_action"),
+        rank_exit_grace_seconds=data.get("rank_exit_grace_seconds"),
         bind_args=defaults.bind_args,
         x_args=defaults.x_args,
         mca_args=defaults.mca_args,

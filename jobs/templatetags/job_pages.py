@@ -9,10 +9,13 @@ from django.utils.translation import gettext as _
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 from jobs.pages.card_words import card_words as say_card_words
 from jobs.pages.display import PREPARATION_STEPS, badge, translated_message
+from jobs.pages.display import spec_words as display_spec_words
 from jobs.results.checkpoints import lost_work_words
 from jobs.results.failure_card import plain_words
 from jobs.results.rank_records import describe_outcome
+from jobs.results.watchdog import rank_exit_grace as job_rank_exit_grace
 from jobs.results.watchdog import watchdog_limit as job_watchdog_limit
+from jobs.results.watchdog import watchdog_stops as job_watchdog_stops
 
 register = template.Library()
 
@@ -94,6 +97,19 @@ def watchdog_limit(job) -> int:
 
 
 @register.filter
+def watchdog_stops(job) -> bool:
+    """Whether the watchdog stops the job once it suspects it hangs: the user's choice, else the administrator's."""
+    return job_watchdog_stops(job.watchdog_action)
+
+
+@register.filter
+def rank_exit_grace(job) -> int | None:
+    """Seconds the job may go on after a rank's failed end: the user's choice, else the setting (None: never)."""
+    grace = job_rank_exit_grace(job.rank_exit_grace_seconds)
+    return None if grace is None else int(grace)
+
+
+@register.filter
 def hung_hint(job) -> dict | None:
     """While a running job is suspected hung, what its state badge adds: how long its ranks have been silent, in a
     few words ("silent 12 min"), and which ranks past what limit, as the badge's title; None otherwise."""
@@ -163,12 +179,7 @@ def card_words(text: str) -> str:
 @register.filter
 def spec_words(spec) -> str:
     """A spec as ResourceSpec.display says it, in the page's language."""
-    parts = []
-    if spec.gpu_count:
-        parts.append(_("GPU: %(count)s × %(model)s") % {"count": spec.gpu_count, "model": spec.gpu_model or "GPU"})
-    parts.append(_("CPU: %(cores)s cores") % {"cores": spec.cpu_cores})
-    parts.append(_("Memory: %(gb)s GB") % {"gb": spec.memory_gb})
-    return " | ".join(parts)
+    return display_spec_words(spec)
 
 
 @register.filter
