@@ -40,6 +40,8 @@ def environment(name: str, subnet: str, bridge: str, prefix: str) -> Path:
         LOCALCLUSTER_BRIDGE=bridge,
         LOCALCLUSTER_PREFIX=prefix,
         LOCALCLUSTER_STATE_DIR=str(STATE_ROOT / f"bench-{name}-cluster"),
+        # Each benchmark loads the images it uses, outside what it times; a prefetch would run under its figures.
+        IMAGE_PREFETCH="0",
     )
     return var
 

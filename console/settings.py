@@ -301,18 +301,20 @@ CELERY_WORKER_DISABLE_PREFETCH = True
 # and a message would then reach both.
 CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("control", "runs")]
 CELERY_TASK_DEFAULT_QUEUE = "control"
-CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"}}
+# Bringing engine images to nodes takes minutes too (jobs.runtime.image_prefetch).
+CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"},
+                      "jobs.tasks.prefetch_images": {"queue": "runs"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 # Keep Django's logging (with each record's task id) in the worker instead of Celery's own format.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
-    # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
-    "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
     # Beat's sign of life (console.liveness); a tick that waited past the next one is dropped, so the one
     # recorded is never more than a tick behind beat.
     "beat-heartbeat": {"task": "jobs.tasks.beat_heartbeat", "schedule": BEAT_HEARTBEAT_SECONDS,
                        "options": {"expires": BEAT_HEARTBEAT_SECONDS}},
+    # A safety net: jobs are dispatched on submit and on every release, this catches anything missed.
+    "dispatch-pending-jobs": {"task": "jobs.tasks.dispatch_pending_jobs", "schedule": 10.0},
     # The outbox of end notifications: what a broker that was away kept from going out.
     "sweep-end-notices": {"task": "jobs.tasks.sweep_end_notices", "schedule": 30.0},
     # Slurm pools: what Slurm did to the jobs it holds (a cancel, a time limit, a preemption), seen within
@@ -371,6 +373,10 @@ OUTPUT_FINAL_SYNC_SECONDS = env_int("OUTPUT_FINAL_SYNC_SECONDS", 300, minimum=5)
 # a collective) is said on the job's page at once; if the job has not ended this many seconds later, its
 # containers are ended and it fails with that rank's card (0: never).
 RANK_EXIT_GRACE_SECONDS = float(env_int("RANK_EXIT_GRACE_SECONDS", 60, minimum=0))
+# Engine images brought to the nodes before a job needs them: when the console starts, a version is added or a
+# node is added or enabled (jobs.runtime.image_prefetch). Off where something else gives the nodes their
+# images: the tests' and benchmarks' clusters load what they use themselves.
+IMAGE_PREFETCH = env_bool("IMAGE_PREFETCH", True)
 # How often worker-0's container is asked whether the program wrote a new checkpoint manifest (one that did
 # is uploaded and recorded at once: a lost worker then loses no more than the program's own interval).
 CHECKPOINT_LOOK_SECONDS = float(env_int("CHECKPOINT_LOOK_SECONDS", 5, minimum=1))

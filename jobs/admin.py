@@ -320,7 +320,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = [DisplayStateFilter, "pool", "spec", "enabled"]
     search_fields = ["name", "address"]
     list_select_related = ["spec", "pool", "allocated_to"]
-    readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "health_facts",
+    readonly_fields = ["state_badge", "job", "last_seen", "last_checked_at", "last_check_message", "images", "health_facts",
                        "login_key"]
     actions = ["check_now", "drain", "enable", "force_release"]
 
@@ -330,7 +330,7 @@ class NodeAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "spec", "pool", "labels"]}),
         (_("SSH"), {"fields": ["address", "ssh_port", "ssh_user", "login_key", "private_key", "host_key"]}),
         (_("Scheduling"), {"fields": ["enabled", "draining", "state_badge", "job"]}),
-        (_("Health"), {"fields": ["last_seen", "last_checked_at", "last_check_message", "health_facts"]}),
+        (_("Health"), {"fields": ["last_seen", "last_checked_at", "last_check_message", "images", "health_facts"]}),
     ]
 
     def changelist_view(self, request, extra_context=None):
@@ -379,6 +379,19 @@ class NodeAdmin(admin.ModelAdmin):
     def label_list(self, node):
         return ", ".join(f"{key}={value}" for key, value in node.labels.items())
 
+    @admin.display(description=_("engine images"))
+    def images(self, node):
+        """Which engine versions' images the last health check found here, and what bringing them last did."""
+        held = set(node.health.get("images") or [])
+        rows = [(version, _("here") if version.image in held else _("missing"))
+                for version in EngineVersion.objects.exclude(image="").select_related("engine")]
+        listed = format_html_join("", "<li>{} {}: {}</li>", ((version.engine.name, version.version, where)
+                                                                for version, where in rows))
+        transfer = node.image_transfer or {}
+        last = format_html("<p>{} <span class=\"quiet\">({})</span></p>", transfer["text"], transfer.get("at", "")) \
+            if transfer.get("text") else ""
+        return format_html("<ul>{}</ul>{}", listed, last)
+
     @admin.display(description=_("facts"))
     def health_facts(self, node):
         return format_html("<pre>{}</pre>", _pretty(node.health))
@@ -392,6 +405,10 @@ class NodeAdmin(admin.ModelAdmin):
             # By a worker after the commit, never in the request: SSH takes seconds, and may hang until its timeout.
             node_ids = [node.pk]
             transaction.on_commit(lambda: self._queue_check(request, node_ids))
+        if node.enabled and (not change or {"enabled", *CONNECTION_FIELDS} & set(form.changed_data)):
+            # A new or newly enabled node takes the engine images now, not with its first job of each engine.
+            prefetched = [node.pk]
+            transaction.on_commit(lambda: task_queue.prefetch_images_soon(prefetched))
 
     def _queue_check(self, request, node_ids: list[int]) -> None:
         if task_queue.check_nodes_soon(node_ids):
@@ -421,8 +438,11 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Enable the selected nodes (and stop draining them)"), permissions=["change"])
     def enable(self, request, queryset):
+        node_ids = list(queryset.values_list("pk", flat=True))
         count = queryset.update(enabled=True, draining=False)
         task_queue.wake_dispatcher()
+        # An enabled node takes the engine images now, not with its first job of each engine.
+        transaction.on_commit(lambda: task_queue.prefetch_images_soon(node_ids))
         self.message_user(request, _("%(count)s node(s) enabled.") % {"count": count})
 
 
@@ -463,7 +483,7 @@ class EngineVersionInline(admin.TabularInline):
             return "-"
         holding = nodes_holding(version.image)
         state = _("being prepared") if being_prepared(version.image) else ""
-        listed = ", ".join(holding) if holding else _("none yet (a node gets it with its first job)")
+        listed = ", ".join(holding) if holding else _("none yet (the nodes are being given it)")
         return f"{listed}{' · ' + str(state) if state else ''}"
 
 
@@ -471,6 +491,14 @@ class EngineVersionInline(admin.TabularInline):
 class EngineAdmin(admin.ModelAdmin):
     list_display = ["name", "versions"]
     inlines = [EngineVersionInline]
+
+    def save_formset(self, request, form, formset, change):
+        super().save_formset(request, form, formset, change)
+        # A new version, or one whose image changed, goes to the nodes now, not with its first job on each.
+        version_ids = [version.pk for version in formset.new_objects if version.image]
+        version_ids += [version.pk for version, changed in formset.changed_objects if "image" in changed and version.image]
+        if version_ids:
+            transaction.on_commit(lambda: task_queue.prefetch_images_soon(None, version_ids))
 
     @admin.display(description=_("versions"))
     def versions(self, engine):

@@ -303,6 +303,8 @@ class Node(models.Model):
     health = models.JSONField(default=dict, blank=True, editable=False)
     last_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_check_message = models.TextField(blank=True, editable=False)
+    # What bringing the engine images here last did (jobs.runtime.image_prefetch): {"image", "text", "at"}.
+    image_transfer = models.JSONField(default=dict, blank=True, editable=False)
     # The allocation itself: set and cleared by compare-and-set updates (see jobs.allocation).
     allocated_to = models.ForeignKey(
         "TrainingJob", on_delete=models.SET_NULL, null=True, blank=True, related_name="allocated_nodes"

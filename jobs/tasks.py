@@ -9,6 +9,7 @@ from functools import partial
 
 from celery import shared_task
 from celery.signals import worker_ready
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -17,7 +18,7 @@ from console.database_busy import DATABASE_UNAVAILABLE
 from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
 from jobs.models import ConsoleProcess, Node, ResourcePool
-from jobs.runtime import node_health, reaper, run, takeover
+from jobs.runtime import image_prefetch, node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
 
 logger = logging.getLogger(__name__)
@@ -108,6 +109,26 @@ def take_up_lost_runs(**_) -> None:
         reap_orphaned_jobs.delay()
     except Exception:  # the periodic reaper catches up
         logger.warning("could not queue the reaper at start", exc_info=True)
+
+
+@worker_ready.connect
+def prefetch_images_at_start(sender=None, **_) -> None:
+    """At the console's start, the engine images go to the nodes that lack them: asked by the worker that serves
+    the runs queue, once, where the prefetch then runs."""
+    queues = {queue.name for queue in getattr(getattr(sender, "task_consumer", None), "queues", [])}
+    if "runs" not in queues or not settings.IMAGE_PREFETCH:
+        return
+    try:
+        prefetch_images.delay()
+    except Exception:  # a job that needs an image copies it itself
+        logger.warning("could not queue the image prefetch at start", exc_info=True)
+
+
+@shared_task(ignore_result=True)
+def prefetch_images(node_ids: list[int] | None = None, version_ids: list[int] | None = None) -> None:
+    """Bring the engine images to the nodes before a job needs them (jobs.runtime.image_prefetch)."""
+    if settings.IMAGE_PREFETCH:
+        image_prefetch.prefetch(node_ids, version_ids)
 
 
 def wake_dispatcher() -> None:

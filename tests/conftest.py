@@ -158,7 +158,9 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
            # A job's object-store output is uploaded every 2 s, so a stop's test sees uploads under way.
            "OUTPUT_SYNC_SECONDS": "2",
            # A rank that ended on its own while the others wait: the job is failed 10 s later.
-           "RANK_EXIT_GRACE_SECONDS": "10"}
+           "RANK_EXIT_GRACE_SECONDS": "10",
+           # The tests load the images they use themselves; a prefetch would copy the others under every test.
+           "IMAGE_PREFETCH": "0"}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
     worker.start()
     STARTED_WORKERS.append(worker)

@@ -1,8 +1,10 @@
 """Engine images on nodes: a node that lacks a job's image gets it from the console over SFTP (real GPU
 sites are often air-gapped), or pulls it when the console holds no archive of it (a registry image)."""
 
+import asyncio
 import secrets
 import shlex
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from jobs.runtime.ssh import NodeError, run_checked
 
 # Where a node keeps an image archive while it loads it.
 NODE_IMAGE_CACHE = "/var/lib/training-console/image-cache"
+# How often a copy of an image to a node says how far it is.
+PROGRESS_SECONDS = 5.0
 
 Say = Callable[[str], Awaitable[None]]
 
@@ -40,16 +44,33 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
                           timeout=1800)
         return
     size_mib = archive.stat().st_size / 2**20
-    await say(f"{label} has no {reference}: copying it from the console ({size_mib:.0f} MiB)")
+    await say(f"{label} has no {reference}: copying it from the console ({size_mib:,.0f} MiB)")
     # A name of this copy's own: several console processes may copy the same image to one node at once.
     remote = f"{NODE_IMAGE_CACHE}/{archive.name}.{secrets.token_hex(8)}"
     await run_checked(connection, label, "making the image cache", ["mkdir", "-p", NODE_IMAGE_CACHE])
+    started = time.monotonic()
+    copied = [0]
+
+    def note_progress(_source: bytes, _destination: bytes, done: int, _total: int) -> None:
+        copied[0] = done
+
+    async def tell_progress() -> None:
+        # A copy of gigabytes takes minutes: the timeline says how far it is, not a silent wait.
+        while True:
+            await asyncio.sleep(PROGRESS_SECONDS)
+            rate = copied[0] / 2**20 / (time.monotonic() - started)
+            await say(f"{label}: {copied[0] / 2**20:,.0f} of {size_mib:,.0f} MiB of {reference} copied "
+                      f"({rate:,.0f} MiB/s)")
+
+    teller = asyncio.create_task(tell_progress())
     try:
         async with connection.start_sftp_client() as sftp:
-            await sftp.put(str(archive), remote)
+            await sftp.put(str(archive), remote, progress_handler=note_progress)
     except (OSError, asyncssh.Error) as error:
         raise NodeError(label, f"copying {reference}", str(error)) from error
-    await say(f"{label}: loading {reference}")
+    finally:
+        teller.cancel()
+    await say(f"{label}: loading {reference} (copied in {time.monotonic() - started:.0f} s)")
     try:
         await run_checked(connection, label, f"loading {reference}", ["podman", "load", "--quiet", "--input", remote],
                           timeout=1800)

@@ -38,3 +38,9 @@ def check_nodes_soon(node_ids: list[int] | None = None) -> bool:
 def check_slurm_pool_soon(pool_id: int) -> bool:
     """Ask a Slurm pool's slurmrestd what it is (its version, its reach) within seconds."""
     return _queue("jobs.tasks.check_slurm_pool", pool_id)
+
+
+def prefetch_images_soon(node_ids: list[int] | None = None, version_ids: list[int] | None = None) -> bool:
+    """Bring engine images (these versions', or all) to nodes (these, or every enabled one) before a job needs
+    them: minutes of copying, on the runs queue."""
+    return _queue("jobs.tasks.prefetch_images", node_ids, version_ids)

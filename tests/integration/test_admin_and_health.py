@@ -3,6 +3,7 @@
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -28,7 +29,9 @@ from jobs.models import (
     ResourceSpec,
     TrainingJob,
 )
+from jobs.runtime.image_prefetch import Prefetched, prefetch
 from jobs.runtime.node_health import check_nodes, leftover_names, probe_all
+from jobs.runtime.ssh import connect
 from jobs.submission.forms import TrainingJobForm
 from jobs.submission.jobs import submit_job
 from tests.integration.helpers import code_dir_from_program
@@ -511,3 +514,30 @@ def test_the_capacity_page_counts_nodes_by_state_gpus_and_the_queue_per_pool(adm
     cells = re.findall(r"<td[^>]*>(\d+)</td>", section[section.index("a100:"):])[:8]
     # Ready, Busy, Draining, NotReady, GPUs free, GPUs busy, queued jobs, nodes asked for
     assert cells == ["2", "1", "1", "1", "16", "8", "1", "3"]
+
+
+def test_an_engine_image_is_brought_to_a_node_that_lacks_it_before_any_job_and_its_page_says_so(
+        health_cluster, local_cpu, admin_client, mpi_image):
+    local = health_cluster["nodes"][1]
+    node = register(local, local_cpu)
+    version = EngineVersion.objects.create(engine=Engine.objects.create(name="MPI"), version="prefetched",
+                                           image=mpi_image)
+
+    async def on_node(*argv: str) -> int:
+        async with await connect(node.ssh_target()) as connection:
+            return (await connection.run(shlex.join(argv), check=False)).exit_status
+
+    asyncio.run(on_node("podman", "rmi", "--force", mpi_image))
+    assert asyncio.run(on_node("podman", "image", "exists", mpi_image)) == 1
+
+    assert prefetch(node_ids=[node.pk], version_ids=[version.pk]) == [Prefetched(node.name, mpi_image)]
+    assert asyncio.run(on_node("podman", "image", "exists", mpi_image)) == 0
+    node.refresh_from_db()
+    assert node.image_transfer["text"] == f"every engine image is on {node.name}"
+    # Once there, it is not copied again: a look is all the next prefetch costs.
+    started = time.monotonic()
+    assert prefetch(node_ids=[node.pk]) == [Prefetched(node.name, mpi_image)]
+    assert time.monotonic() - started < 10
+    check_nodes([node])
+    page = admin_client.get(f"{NODE_CHANGELIST}{node.pk}/change/").content.decode()
+    assert "MPI prefetched: here" in page and f"every engine image is on {node.name}" in page
