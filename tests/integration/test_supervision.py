@@ -107,21 +107,22 @@ def signed_in(tmp_path: Path, web_port: int) -> requests.Session:
     return session
 
 
-def scheduler_row(session: requests.Session, web_port: int) -> str:
+def process_row(session: requests.Session, web_port: int, name: str = "beat") -> str:
+    """The capacity page's row of one of the console's Celery processes."""
     page = session.get(f"http://127.0.0.1:{web_port}/capacity", timeout=10).text
-    return page.split('data-process="beat"', 1)[1].split("</tr>", 1)[0]
+    return page.split(f'data-process="{name}"', 1)[1].split("</tr>", 1)[0]
 
 
 HUNG_LIMIT = 8  # seconds; beat then ticks every 2 s
 
 
-@pytest.mark.fault("Celery beat hung (SIGSTOP) under the console",
-                   "killed and started again within HUNG_PROCESS_SECONDS; the capacity page says so")
-def test_the_console_kills_a_hung_beat_and_starts_it_again_and_the_capacity_page_says_so(tmp_path):
+@pytest.mark.fault("Celery beat, then the runs worker, hung (SIGSTOP) under the console",
+                   "each killed and started again within HUNG_PROCESS_SECONDS; the capacity page says so")
+def test_the_console_kills_a_hung_beat_or_worker_and_starts_it_again_and_the_capacity_page_says_so(tmp_path):
     with console_running(tmp_path, HUNG_PROCESS_SECONDS=str(HUNG_LIMIT)) as (console, web_port):
         session = signed_in(tmp_path, web_port)
         # Judged only once it has ticked since its start (a process starting is given time).
-        wait_until(lambda: "last seen" in scheduler_row(session, web_port), 90, "beat's heartbeat never ran")
+        wait_until(lambda: "last seen" in process_row(session, web_port), 90, "beat's heartbeat never ran")
         [beat] = role(children_of(console.pid), "beat")
 
         os.kill(beat, signal.SIGSTOP)
@@ -137,6 +138,18 @@ def test_the_console_kills_a_hung_beat_and_starts_it_again_and_the_capacity_page
         log = (tmp_path / "runconsole.log").read_text()
         assert re.search(rf"celery beat silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it", log)
         assert "celery beat exited with -9; starting it again in 1 s" in log
-        row = wait_until(lambda: (row := scheduler_row(session, web_port)) and "last seen" in row
+        row = wait_until(lambda: (row := process_row(session, web_port)) and "last seen" in row
                          and "data-stale" not in row and row, 60, f"the new beat {new_beat} never ticked")
         assert re.search(r"killed after \d+ s of silence \(1 restart in all\)", row), row
+
+        [worker] = [pid for pid, command in children_of(console.pid).items() if "--queues runs" in command]
+        os.kill(worker, signal.SIGSTOP)
+
+        wait_until(lambda: [pid for pid, command in children_of(console.pid).items()
+                            if "--queues runs" in command and pid != worker], HUNG_LIMIT + 15,
+                   "the hung worker was not started again")
+        assert not alive(worker), "the hung worker was left behind"
+        assert re.search(rf"celery worker \(runs\) silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it",
+                         (tmp_path / "runconsole.log").read_text())
+        assert re.search(r"killed after \d+ s of silence \(1 restart in all\)",
+                         process_row(session, web_port, "worker-runs"))
