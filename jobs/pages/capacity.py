@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from console.liveness import is_stale
 from jobs.models import ConsoleProcess, JobStatus, Node, ResourcePool, ResourceSpec, TrainingJob
+from jobs.pages.display import spec_words
 
 STATES = [Node.DisplayState.READY, Node.DisplayState.BUSY, Node.DisplayState.DRAINING, Node.DisplayState.NOT_READY]
 
@@ -60,7 +61,7 @@ def pool_capacity() -> list[PoolCapacity]:
 
     def row(pool_id: int | None, spec_id: int) -> Capacity:
         spec = specs[spec_id]
-        return rows[pool_id].setdefault(spec_id, Capacity(label=f"{spec.name}: {spec.display}"))
+        return rows[pool_id].setdefault(spec_id, Capacity(label=f"{spec.name}: {spec_words(spec)}"))
 
     for node in Node.objects.only("pool_id", "spec_id", "enabled", "draining", "state", "allocated_to"):
         capacity = row(node.pool_id, node.spec_id)

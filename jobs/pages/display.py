@@ -10,7 +10,7 @@ from jobs.allocation import waiting_reason
 from jobs.launch.command_builder import JOB_DIR
 from jobs.launch.masking import ShownVariable, mask_shell_text, shown_variables, tune_file_names
 from jobs.launch.plan import worker_environment_for
-from jobs.models import JobStatus, TrainingJob, WorkerState
+from jobs.models import JobStatus, ResourceSpec, TrainingJob, WorkerState
 from jobs.results.recording import launched_rank_workers
 
 # Keyed by the status's value: a JobStatus is a str, and callers pass either.
@@ -81,6 +81,16 @@ def badge(status: str) -> str:
     return STATE_BADGES.get(status, "muted")
 
 
+def spec_words(spec: ResourceSpec) -> str:
+    """A spec as ResourceSpec.display says it ("CPU: 2 cores | Memory: 4 GB"), in the page's language."""
+    parts = []
+    if spec.gpu_count:
+        parts.append(_("GPU: %(count)s × %(model)s") % {"count": spec.gpu_count, "model": spec.gpu_model or "GPU"})
+    parts.append(_("CPU: %(cores)s cores") % {"cores": spec.cpu_cores})
+    parts.append(_("Memory: %(gb)s GB") % {"gb": spec.memory_gb})
+    return " | ".join(parts)
+
+
 # How far a worker's preparation has gone: a bar on the job page (percent in steps the stylesheet knows).
 PREPARATION_STEPS: dict[str, dict[str, object]] = {
     WorkerState.ALLOCATED: {"percent": 25, "tone": "info"},
@@ -125,14 +135,81 @@ PATTERN_MESSAGES = (
     (re.compile(r"^uploading code to (?P<worker>worker-\d+)$"), gettext_noop("uploading code to %(worker)s")),
     (re.compile(r"^(?P<worker>worker-\d+) container (?P<container>\S+) \((?P<host>[^)]+)\) is up, sshd on port (?P<port>\d+)$"),
      gettext_noop("%(worker)s container %(container)s (%(host)s) is up, sshd on port %(port)s")),
+    # Its data fetched before the start (jobs/runtime/data_in.py), its engine image brought (node_images.py), its
+    # container removed at the end (run.py).
+    (re.compile(r"^(?P<what>\w+): fetching (?P<files>\d+) files, (?P<size>[^,]+), onto (?P<node>.+)$"),
+     gettext_noop("%(what)s: fetching %(files)s files, %(size)s, onto %(node)s")),
+    (re.compile(r"^(?P<what>\w+): (?P<done>\d+)/(?P<files>\d+) files, (?P<size>.+?) of (?P<total>.+?), (?P<rate>[^,]+)/s$"),
+     gettext_noop("%(what)s: %(done)s/%(files)s files, %(size)s of %(total)s, %(rate)s/s")),
+    (re.compile(r"^(?P<what>\w+) ready: (?P<files>\d+) files, (?P<size>.+?) in (?P<seconds>[\d.]+) s; (?P<fetched>.+?) fetched "
+                r"from the store, (?P<cached>.+?) from the node's cache$"),
+     gettext_noop("%(what)s ready: %(files)s files, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
+                  "%(cached)s from the node's cache")),
+    (re.compile(r"^(?P<node>\S+) has no (?P<image>\S+): pulling it$"), gettext_noop("%(node)s has no %(image)s: pulling it")),
+    (re.compile(r"^(?P<node>\S+) has no (?P<image>\S+): copying it from the console \((?P<size>[\d,]+) MiB\)$"),
+     gettext_noop("%(node)s has no %(image)s: copying it from the console (%(size)s MiB)")),
+    (re.compile(r"^(?P<node>\S+): (?P<done>[\d,]+) of (?P<size>[\d,]+) MiB of (?P<image>\S+) copied \((?P<rate>[\d,]+) MiB/s\)$"),
+     gettext_noop("%(node)s: %(done)s of %(size)s MiB of %(image)s copied (%(rate)s MiB/s)")),
+    (re.compile(r"^(?P<node>\S+): loading (?P<image>\S+) \(copied in (?P<seconds>\d+) s\)$"),
+     gettext_noop("%(node)s: loading %(image)s (copied in %(seconds)s s)")),
+    (re.compile(r"^(?P<worker>worker-\d+): container removed, no process left$"),
+     gettext_noop("%(worker)s: container removed, no process left")),
+    (re.compile(r"^(?P<worker>worker-\d+): container removed after its failed preparation$"),
+     gettext_noop("%(worker)s: container removed after its failed preparation")),
+    (re.compile(r"^(?P<worker>worker-\d+): (?P<count>\d+) process\(es\) could not be ended$"),
+     gettext_noop("%(worker)s: %(count)s process(es) could not be ended")),
 )
+# A step of a worker's preparation that failed: the runtime's NodeError, "NODE: STEP failed: REASON" (the reason
+# is the node's or a library's own words, shown as they are).
+NODE_FAILURE = re.compile(r"^(?P<node>[^:\s]+): (?P<step>.+?) failed: (?P<reason>.*)$", re.S)
+NODE_FAILURE_WORDS = gettext_noop("%(node)s: %(step)s failed: %(reason)s")
+FIXED_STEPS = {text: text for text in (
+    gettext_noop("starting the container's sshd"),
+    gettext_noop("choosing the image"),
+    gettext_noop("node preparation"),
+    gettext_noop("laying out the job's files"),
+    gettext_noop("giving the job its files"),
+    gettext_noop("applying the job's network policy"),
+    gettext_noop("starting the container"),
+    gettext_noop("sealing the launch's programs"),
+    gettext_noop("making the image cache"),
+    gettext_noop("listing the input"),
+    gettext_noop("bringing the checkpoint back"),
+    gettext_noop("upload"),
+)}
+PATTERN_STEPS = (
+    (re.compile(r"^fetching the (?P<what>\w+)$"), gettext_noop("fetching the %(what)s")),
+    (re.compile(r"^pulling (?P<image>\S+)$"), gettext_noop("pulling %(image)s")),
+    (re.compile(r"^copying (?P<image>\S+)$"), gettext_noop("copying %(image)s")),
+    (re.compile(r"^loading (?P<image>\S+)$"), gettext_noop("loading %(image)s")),
+    (re.compile(r"^SSH to (?P<address>\S+)$"), gettext_noop("SSH to %(address)s")),
+    (re.compile(r"^making (?P<path>/\S*)$"), gettext_noop("making %(path)s")),
+    (re.compile(r"^listing (?P<name>\S+)$"), gettext_noop("listing %(name)s")),
+)
+# What the data's messages call what they bring (a Staging's `what`).
+STAGED_WHAT = {text: text for text in (gettext_noop("input"), gettext_noop("checkpoint"))}
+
+
+def _by_shape(text: str, fixed: dict[str, str], patterns: tuple[tuple[re.Pattern[str], str], ...]) -> str | None:
+    if text in fixed:
+        return _(text)
+    for pattern, words in patterns:
+        match = pattern.match(text)
+        if match:
+            values = match.groupdict()
+            if "what" in values:
+                values["what"] = _(values["what"]) if values["what"] in STAGED_WHAT else values["what"]
+            return _(words) % values
+    return None
 
 
 def translated_message(text: str) -> str:
-    if text in FIXED_MESSAGES:
-        return _(text)
-    for pattern, words in PATTERN_MESSAGES:
-        match = pattern.match(text)
-        if match:
-            return _(words) % match.groupdict()
+    said = _by_shape(text, FIXED_MESSAGES, PATTERN_MESSAGES)
+    if said is not None:
+        return said
+    failed = NODE_FAILURE.match(text)
+    if failed:
+        step = _by_shape(failed["step"], FIXED_STEPS, PATTERN_STEPS)
+        if step is not None:
+            return _(NODE_FAILURE_WORDS) % {"node": failed["node"], "step": step, "reason": failed["reason"]}
     return text

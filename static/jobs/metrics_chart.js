@@ -191,7 +191,9 @@
           if (!body.metrics.length && !container.children.length) container.textContent = label("None");
           body.metrics.forEach((metric) => {
             const chart = chartFor(metric);
-            chart.note.textContent = metric.note + (metric.downsampled ? (metric.note ? " " : "") + label("Downsampled") : "");
+            // The API's note in English; the page's own words for it.
+            const note = metric.matched ? "" : label(body.final ? "Nomatch" : "Nomatchyet");
+            chart.note.textContent = note + (metric.downsampled ? (note ? " " : "") + label("Downsampled") : "");
           });
           const touched = new Set();
           body.points.forEach((point) => {
