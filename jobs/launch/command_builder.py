@@ -19,11 +19,16 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from jobs.launch.platform_env import ENV_NAME, JOB_DIR, user_variable_problem
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 HOSTFILE_PATH = "/home/ma-user/.mpi/hostfile"
 TUNE_FILE_PATH = "/home/ma-user/.mpi/tune-env"
@@ -73,7 +78,7 @@ def split_args(field_name: str, text: str) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as error:
-        raise CommandError(field_name, f"cannot be split into arguments: {error}") from None
+        raise CommandError(field_name, _("cannot be split into arguments: %(error)s") % {"error": error}) from None
 
 
 # ---- mpirun's options: a user's OPENMPI_EXTRA_ARGS, and the administrator's defaults ----
@@ -112,17 +117,19 @@ def split_args(field_name: str, text: str) -> list[str]:
 # quotes only when the value has a space, so the node's shell reads them: `--mca x "$(touch /tmp/f)"`
 # ran `touch` on worker-1. None of these characters means anything to a POSIX shell.
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%^-]+\Z")
-SAFE_VALUE_WORDS = "letters, digits and _ . , : / = + @ % ^ -"
+# Besides letters and digits (said in the messages).
+SAFE_VALUE_CHARACTERS = "_ . , : / = + @ % ^ -"
 OPTION_RE = re.compile(r"^--?([A-Za-z][A-Za-z0-9-]*)\Z")
 MCA_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*\Z")
 MCA_OPTIONS = frozenset({"mca", "gmca"})
 EXPORT_OPTION = "x"
 
-_PLATFORM = "is set by the platform and cannot be changed"
-_RUNS = "would replace what the platform runs on the nodes, or how it starts it"
-_PLACES = "would change how many processes run or where; the spec and the node count decide that"
+# Each completes "OPTION ..." in the page's language (read when a message is made).
+_PLATFORM = gettext_lazy("is set by the platform and cannot be changed")
+_RUNS = gettext_lazy("would replace what the platform runs on the nodes, or how it starts it")
+_PLACES = gettext_lazy("would change how many processes run or where; the spec and the node count decide that")
 # Options nobody gives, whatever the lists say.
-NEVER_OPTIONS: dict[str, str] = {
+NEVER_OPTIONS: "dict[str, StrPromise]" = {
     **dict.fromkeys(("np", "n", "c", "hostfile", "machinefile", "default-hostfile", "H", "host", "add-host",
                      "add-hostfile", "tune", "am"), _PLATFORM),
     **dict.fromkeys(("prefix", "noprefix", "launch-agent", "app", "wdir", "wd", "path", "preload-files",
@@ -132,7 +139,7 @@ NEVER_OPTIONS: dict[str, str] = {
     # which models slot and node mapping over equal slots: what reorders ranks or spreads them otherwise
     # would have the log and the failure card name another worker than the one a rank ran on.
     **dict.fromkeys(("rank-by", "bynode", "byslot", "cpus-per-proc", "cpus-per-rank"), _PLACES),
-    "allow-run-as-root": "would let the job's processes run as root",
+    "allow-run-as-root": gettext_lazy("would let the job's processes run as root"),
 }
 # MCA parameters nobody sets: the platform's own, the launcher's component, and whatever names an agent,
 # an installation prefix, a parameter file or a host file (plm_rsh_agent, orte_fork_agent, orte_launch_agent,
@@ -198,7 +205,8 @@ def _spelled(key: str) -> str:
 
 def _compile_allowed_regex(number: int, regex: str) -> Any:
     if len(regex) > MAX_ALLOWED_REGEX:
-        raise CommandError(ALLOWED_FIELD, f"line {number}: the regular expression is longer than {MAX_ALLOWED_REGEX} characters")
+        raise CommandError(ALLOWED_FIELD, _("line %(number)s: the regular expression is longer than %(max)s characters")
+                           % {"number": number, "max": MAX_ALLOWED_REGEX})
     options = re2.Options()
     options.log_errors = False
     try:
@@ -207,7 +215,8 @@ def _compile_allowed_regex(number: int, regex: str) -> Any:
         reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else error
         raise CommandError(
             ALLOWED_FIELD,
-            f"line {number}: {regex!r} is not a regular expression RE2 can run (no back-references or lookaround): {reason}",
+            _("line %(number)s: %(regex)s is not a regular expression RE2 can run (no back-references or lookaround): "
+              "%(reason)s") % {"number": number, "regex": repr(regex), "reason": reason},
         ) from None
 
 
@@ -226,20 +235,22 @@ def allowed_options(extension: str = "") -> dict[str, OptionRule]:
         word, regex = parts[0], (parts[1].strip() if len(parts) > 1 else "")
         matched = OPTION_RE.match(word)
         if matched is None:
-            raise CommandError(ALLOWED_FIELD, f"line {number}: {word!r} is not an mpirun option; "
-                                              "begin the line with the option, such as --report-bindings")
+            raise CommandError(ALLOWED_FIELD, _("line %(number)s: %(word)s is not an mpirun option; begin the line with "
+                                                "the option, such as --report-bindings") % {"number": number, "word": repr(word)})
         key = matched.group(1)
         if key in NEVER_OPTIONS:
-            raise CommandError(ALLOWED_FIELD, f"line {number}: {word} cannot be allowed: it {NEVER_OPTIONS[key]}")
+            raise CommandError(ALLOWED_FIELD, _("line %(number)s: %(word)s cannot be allowed: it %(reason)s")
+                               % {"number": number, "word": word, "reason": NEVER_OPTIONS[key]})
         existing = options.get(key)
         if not regex:
             if existing is not None and existing.kind != "flag":
-                raise CommandError(ALLOWED_FIELD, f"line {number}: {word} takes a value; "
-                                                  "give the regular expression its value must match after it")
+                raise CommandError(ALLOWED_FIELD, _("line %(number)s: %(word)s takes a value; give the regular expression "
+                                                    "its value must match after it") % {"number": number, "word": word})
             options[key] = OptionRule("flag")
             continue
         if existing is not None and existing.kind == "flag":
-            raise CommandError(ALLOWED_FIELD, f"line {number}: {word} is a flag here (it takes no value); give it alone")
+            raise CommandError(ALLOWED_FIELD, _("line %(number)s: %(word)s is a flag here (it takes no value); give it alone")
+                               % {"number": number, "word": word})
         pattern = _compile_allowed_regex(number, regex)
         if existing is not None:
             kind = existing.kind
@@ -253,17 +264,17 @@ def _check_text(field_name: str, text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise CommandError(field_name, "holds characters that are not text") from None
+        raise CommandError(field_name, _("holds characters that are not text")) from None
 
 
 def _option_key(field_name: str, word: str) -> str:
     if word == "--":
-        raise CommandError(field_name, "-- would end mpirun's options and make what follows the program; "
-                                       "the program and its arguments come from the boot file and the hyperparameters")
+        raise CommandError(field_name, _("-- would end mpirun's options and make what follows the program; the program "
+                                         "and its arguments come from the boot file and the hyperparameters"))
     matched = OPTION_RE.match(word)
     if matched is None:
-        raise CommandError(field_name, f"{word!r} is not an mpirun option (nor the value of one): the program and its "
-                                       "arguments come from the boot file and the hyperparameters")
+        raise CommandError(field_name, _("%(word)s is not an mpirun option (nor the value of one): the program and its "
+                                         "arguments come from the boot file and the hyperparameters") % {"word": repr(word)})
     return matched.group(1)
 
 
@@ -271,37 +282,47 @@ def _take(field_name: str, args: Sequence[str], position: int, count: int) -> li
     values = list(args[position + 1:position + 1 + count])
     if len(values) < count:
         word = args[position]
-        needs = {1: "a value", 2: "a parameter name and a value"}[count]
         if word.lstrip("-") == EXPORT_OPTION:
-            needs = "NAME=value or NAME"
-        raise CommandError(field_name, f"{word} needs {needs}")
+            message = _("%(option)s needs NAME=value or NAME")
+        elif count == 1:
+            message = _("%(option)s needs a value")
+        else:
+            message = _("%(option)s needs a parameter name and a value")
+        raise CommandError(field_name, message % {"option": word})
     return values
 
 
 def mca_param_problem(name: str) -> str | None:
     """Why nobody may set the MCA parameter `name` (the message completes "the MCA parameter NAME ..."), or None."""
     if not MCA_NAME_RE.match(name):
-        return "is not an MCA parameter name (lowercase letters, digits and '_')"
+        return _("is not an MCA parameter name (lowercase letters, digits and '_')")
     if name in RESERVED_MCA_PARAMS:
-        return "is set by the platform or chooses its launcher, and cannot be changed"
+        return _("is set by the platform or chooses its launcher, and cannot be changed")
     if name.startswith(PLACEMENT_MCA_PREFIXES):
-        return f"{_PLACES}, and cannot be set"
+        return _("would change how many processes run or where; the spec and the node count decide that, and cannot be set")
     if name.startswith(RESERVED_MCA_PREFIXES) or any(word in name for word in RESERVED_MCA_WORDS):
-        return "would change what the platform runs on the nodes or where it reads its settings, and cannot be set"
+        return _("would change what the platform runs on the nodes or where it reads its settings, and cannot be set")
     return None
 
 
-def _check_safe_value(field_name: str, what: str, value: str) -> None:
+def _check_safe_value(field_name: str, option: str, value: str, mca_name: str | None = None) -> None:
+    """`value` as `option` may take it (as the MCA parameter `mca_name`'s value, for --mca)."""
     if not SAFE_VALUE_RE.match(value):
-        raise CommandError(field_name, f"the value of {what} may hold only {SAFE_VALUE_WORDS} "
-                                       "(mpirun passes it on to the other nodes through a shell)")
+        if mca_name is None:
+            message = _("the value of %(option)s may hold only letters, digits and %(characters)s (mpirun passes it on "
+                        "to the other nodes through a shell)")
+        else:
+            message = _("the value of the MCA parameter %(name)s may hold only letters, digits and %(characters)s "
+                        "(mpirun passes it on to the other nodes through a shell)")
+        raise CommandError(field_name, message % {"option": option, "name": mca_name, "characters": SAFE_VALUE_CHARACTERS})
 
 
 def _check_mca(field_name: str, word: str, name: str, value: str) -> None:
     problem = mca_param_problem(name)
     if problem:
-        raise CommandError(field_name, f"{word} {name}: the MCA parameter {name} {problem}")
-    _check_safe_value(field_name, f"the MCA parameter {name}", value)
+        raise CommandError(field_name, _("%(option)s %(name)s: the MCA parameter %(name)s %(problem)s")
+                           % {"option": word, "name": name, "problem": problem})
+    _check_safe_value(field_name, word, value, mca_name=name)
 
 
 def _check_export(field_name: str, word: str, given: str) -> None:
@@ -310,7 +331,8 @@ def _check_export(field_name: str, word: str, given: str) -> None:
     if problem:
         raise CommandError(field_name, f"{word} {name}: {problem}")
     if any(character in value for character in "\n\r\0"):
-        raise CommandError(field_name, f"{word} {name}: the value cannot hold a line break or a NUL")
+        raise CommandError(field_name, _("%(option)s %(name)s: the value cannot hold a line break or a NUL")
+                           % {"option": word, "name": name})
 
 
 def _check_placement(field_name: str, word: str, key: str, value: str) -> None:
@@ -318,7 +340,7 @@ def _check_placement(field_name: str, word: str, key: str, value: str) -> None:
         lowered = value.lower()
         if ("oversubscribe" in lowered.replace("nooversubscribe", "") or lowered.startswith("ppr")
                 or "span" in lowered.split(":", 1)[-1].split(",")):
-            raise CommandError(field_name, f"{word} {value}: {_PLACES}")
+            raise CommandError(field_name, f"{word} {value}: {_PLACES!s}")
 
 
 @dataclass(frozen=True)
@@ -339,7 +361,7 @@ def _given_options(field_name: str, args: Sequence[str], arity: Callable[[str, i
         word = args[position]
         key = _option_key(field_name, word)
         if key in NEVER_OPTIONS:
-            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]}")
+            raise CommandError(field_name, f"{word} {NEVER_OPTIONS[key]!s}")
         values = _take(field_name, args, position, arity(key, position))
         yield _GivenOption(word, key, values)
         position += 1 + len(values)
@@ -427,9 +449,10 @@ def _check_user_mca(field_name: str, word: str, name: str, value: str, rule: Opt
         return
     raise CommandError(
         field_name,
-        f"{word} {name} {value}: not an MCA parameter and value users may set (allowed: component choices btl, pml, "
-        "mtl, coll, osc; btl_tcp_if_include and the like; btl_tcp_, btl_vader_, btl_openib_, pml_ob1_, pml_ucx_, "
-        "coll_tuned_ tuning; mpi_leave_pinned, mpi_warn_on_fork, mpi_yield_when_idle); an administrator can allow more",
+        _("%(option)s %(name)s %(value)s: not an MCA parameter and value users may set (allowed: component choices btl, "
+          "pml, mtl, coll, osc; btl_tcp_if_include and the like; btl_tcp_, btl_vader_, btl_openib_, pml_ob1_, pml_ucx_, "
+          "coll_tuned_ tuning; mpi_leave_pinned, mpi_warn_on_fork, mpi_yield_when_idle); an administrator can allow "
+          "more") % {"option": word, "name": name, "value": value},
     )
 
 
@@ -449,8 +472,9 @@ def validate_extra_args(text: str, options: Mapping[str, OptionRule] | None = No
     def arity(key: str, position: int) -> int:
         rule = rules.get(key)
         if rule is None:
-            raise CommandError(field_name, f"{args[position]} is not among the mpirun options allowed here "
-                                           f"({_allowed_words(rules)}); an administrator can allow more")
+            raise CommandError(field_name, _("%(option)s is not among the mpirun options allowed here (%(allowed)s); an "
+                                             "administrator can allow more")
+                               % {"option": args[position], "allowed": _allowed_words(rules)})
         return _ARITY[rule.kind]
 
     for option in _given_options(field_name, args, arity):
@@ -465,7 +489,8 @@ def validate_extra_args(text: str, options: Mapping[str, OptionRule] | None = No
             _check_placement(field_name, word, option.key, values[0])
             _check_safe_value(field_name, word, values[0])
             if not any(pattern.fullmatch(values[0]) for pattern in rule.patterns):
-                raise CommandError(field_name, f"{word} {values[0]}: not a value allowed here")
+                raise CommandError(field_name, _("%(option)s %(value)s: not a value allowed here")
+                                   % {"option": word, "value": values[0]})
     # What holds for everyone holds here too, so that what is accepted now is what the launch accepts.
     check_mpirun_options(field_name, text)
     return args
@@ -486,7 +511,8 @@ def parameter_args(parameters: Iterable[tuple[str, str]]) -> list[str]:
     args = []
     for name, value in parameters:
         if not PARAM_NAME_RE.match(name):
-            raise CommandError("parameters", f"parameter name {name!r} must be 1-64 of letters, digits, '-' and '_'")
+            raise CommandError("parameters", _("parameter name %(name)s must be 1-64 of letters, digits, '-' and '_'")
+                               % {"name": repr(name)})
         args.append(f"--{name}={value}")
     return args
 
@@ -507,9 +533,9 @@ def hostfile_text(worker_hostnames: Sequence[str], processes_per_node: int) -> s
 
 def build_launch_command(inputs: LaunchInputs) -> LaunchCommand:
     if inputs.processes_per_node < 1:
-        raise CommandError("spec", "the spec gives no process per node")
+        raise CommandError("spec", _("the spec gives no process per node"))
     if not inputs.worker_hostnames:
-        raise CommandError("node_count", "a job needs at least one node")
+        raise CommandError("node_count", _("a job needs at least one node"))
     np = inputs.processes_per_node * len(inputs.worker_hostnames)
     boot_path = boot_file_path(inputs.code_dir_name, inputs.boot_file)
     # The users' allow-list was applied at submission, with the administrator's list of then; what holds

@@ -6,6 +6,8 @@ Pure functions; node preparation writes their results into each container.
 import re
 from collections.abc import Mapping, Sequence
 
+from django.utils.translation import gettext as _
+
 MA_HOME = "/home/ma-user"
 # The code directories' parent in every container (the command builder takes it from here).
 JOB_DIR = f"{MA_HOME}/user-job-dir"
@@ -112,27 +114,27 @@ def user_variable_problem(name: str, value: str | None = None) -> str | None:
     The message completes "NAME: ...".
     """
     if not ENV_NAME.match(name):
-        return "not a valid variable name (letters, digits and '_', not starting with a digit)"
+        return _("not a valid variable name (letters, digits and '_', not starting with a digit)")
     if name.startswith(PLATFORM_PREFIXES):
-        return "names starting with MA_ are reserved for the platform"
+        return _("names starting with MA_ are reserved for the platform")
     if name.startswith(OPEN_MPI_PREFIXES):
-        return ("names starting with OMPI_, OPAL_, ORTE_, PMIX_ or PRTE_ are Open MPI's own settings, which mpirun "
-                "passes to the nodes' command lines; give an allowed MCA parameter in OPENMPI_EXTRA_ARGS "
-                "(--mca NAME VALUE) instead")
+        return _("names starting with OMPI_, OPAL_, ORTE_, PMIX_ or PRTE_ are Open MPI's own settings, which mpirun "
+                 "passes to the nodes' command lines; give an allowed MCA parameter in OPENMPI_EXTRA_ARGS "
+                 "(--mca NAME VALUE) instead")
     if name == "HOME":
-        return f"set by the platform to {MA_HOME}, where the job's code, its SSH keys and its tune file are"
+        return _("set by the platform to %(home)s, where the job's code, its SSH keys and its tune file are") % {"home": MA_HOME}
     if name in PLATFORM_NAMES:
-        return "set by the platform for each worker"
+        return _("set by the platform for each worker")
     if name in SHELL_STARTUP_NAMES:
-        return "read by every shell the platform starts in the job's containers"
+        return _("read by every shell the platform starts in the job's containers")
     if name.startswith("LD_") and name not in KEEP_ENTRIES:
-        return ("the dynamic loader's settings would apply to mpirun, orted and the platform's own agents too, "
-                "not only to your program")
+        return _("the dynamic loader's settings would apply to mpirun, orted and the platform's own agents too, "
+                 "not only to your program")
     if name in KEEP_ENTRIES and value is not None:
         entries = value.split(":")
         missing = [entry for entry in KEEP_ENTRIES[name].split(":") if entry not in entries]
         if missing:
-            return (f"must keep the platform's entries {KEEP_ENTRIES[name]} (where the image's programs and libraries "
-                    f"are); add yours before or after them, e.g. /opt/mine:{KEEP_ENTRIES[name]} "
-                    "(values are not expanded: $" + name + " stays as typed)")
+            return _("must keep the platform's entries %(entries)s (where the image's programs and libraries are); add "
+                     "yours before or after them, e.g. /opt/mine:%(entries)s (values are not expanded: $%(name)s stays "
+                     "as typed)") % {"entries": KEEP_ENTRIES[name], "name": name}
     return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import re2
+from django.utils.translation import gettext as _
 
 logger = logging.getLogger(__name__)
 
@@ -60,37 +61,39 @@ def validate_metric_definitions(value) -> list[dict[str, str]]:  # noqa: C901 - 
     if value in (None, "", []):
         return []
     if not isinstance(value, list):
-        raise MetricDefinitionError("Give a list of {name, regex} objects.")
+        raise MetricDefinitionError(_("Give a list of {name, regex} objects."))
     if len(value) > MAX_DEFINITIONS:
-        raise MetricDefinitionError(f"At most {MAX_DEFINITIONS} metrics.")
+        raise MetricDefinitionError(_("At most %(max)s metrics.") % {"max": MAX_DEFINITIONS})
     cleaned, seen = [], set()
     for position, item in enumerate(value, start=1):
         if not isinstance(item, dict) or set(item) - {"name", "regex"} or not {"name", "regex"} <= set(item):
-            raise MetricDefinitionError(f"Metric {position} must be an object with a name and a regex.")
+            raise MetricDefinitionError(_("Metric %(position)s must be an object with a name and a regex.") % {"position": position})
         name, pattern = str(item["name"]).strip(), str(item["regex"])
         if not NAME_RE.match(name):
             raise MetricDefinitionError(
-                f"Metric name {name!r} must start with a letter and hold at most 64 letters, digits or _ . : / -."
-            )
+                _("Metric name %(name)s must start with a letter and hold at most 64 letters, digits or _ . : / -.")
+                % {"name": repr(name)})
         if name in seen:
-            raise MetricDefinitionError(f"Metric {name} is given twice.")
+            raise MetricDefinitionError(_("Metric %(name)s is given twice.") % {"name": name})
         if not pattern.strip():
-            raise MetricDefinitionError(f"Metric {name}: the regex is empty.")
+            raise MetricDefinitionError(_("Metric %(name)s: the regex is empty.") % {"name": name})
         if any(ord(character) < 32 and character != "\t" for character in pattern + name):
-            raise MetricDefinitionError(f"Metric {name!r}: control characters (NUL, line breaks) are not allowed.")
+            raise MetricDefinitionError(_("Metric %(name)s: control characters (NUL, line breaks) are not allowed.")
+                                        % {"name": repr(name)})
         if len(pattern) > MAX_REGEX_LENGTH:
-            raise MetricDefinitionError(f"Metric {name}: the regex is longer than {MAX_REGEX_LENGTH} characters.")
+            raise MetricDefinitionError(_("Metric %(name)s: the regex is longer than %(max)s characters.")
+                                        % {"name": name, "max": MAX_REGEX_LENGTH})
         try:
             compiled = compile_user_regex(pattern)
         except re2.error as error:
             reason = error.args[0].decode(errors="replace") if error.args and isinstance(error.args[0], bytes) else error
             raise MetricDefinitionError(
-                f"Metric {name}: the regex is not valid or uses what linear-time matching lacks "
-                f"(back-references, lookahead, lookbehind): {reason}."
+                _("Metric %(name)s: the regex is not valid or uses what linear-time matching lacks (back-references, "
+                  "lookahead, lookbehind): %(reason)s.") % {"name": name, "reason": reason}
             ) from None
         if compiled.groups == 0:
             raise MetricDefinitionError(
-                f"Metric {name}: the regex captures nothing; put the value in a group, as in loss=(\\S+)."
+                _("Metric %(name)s: the regex captures nothing; put the value in a group, as in loss=(\\S+).") % {"name": name}
             )
         seen.add(name)
         cleaned.append({"name": name, "regex": pattern})
