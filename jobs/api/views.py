@@ -9,6 +9,7 @@ from django.db.models.functions import Concat
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
+from django.utils.translation import gettext
 from django_filters.rest_framework import DjangoFilterBackend  # type: ignore[import-untyped]
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -18,7 +19,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.api.log_events import job_log_events, log_file_chunks
-from jobs.code_dirs.service import ArchiveRejected, create_from_archive, name_refusal, upload_size_refusal
+from jobs.code_dirs.service import (
+    ArchiveRejected,
+    create_from_archive,
+    name_refusal,
+    refusal_words,
+    upload_size_refusal,
+)
 from jobs.logs.follow import line_payload
 from jobs.logs.forms import LogQueryForm, LogReadForm
 from jobs.logs.search import search_before
@@ -82,7 +89,8 @@ class CodeDirList(APIView):
             declared = 0
         if declared > limit + UPLOAD_FIELDS_ALLOWANCE:
             # Refused before the body is parsed: the archive alone would be over the limit.
-            return Response({"archive": [upload_size_refusal(declared, limit)]}, status=status.HTTP_400_BAD_REQUEST)
+            return Response({"archive": [refusal_words(upload_size_refusal(declared, limit))]},
+                            status=status.HTTP_400_BAD_REQUEST)
         name = (request.data.get("name") or "").strip()
         archive = request.FILES.get("archive")
         errors = {}
@@ -95,16 +103,16 @@ class CodeDirList(APIView):
         if not sharing.is_valid():
             errors.update(sharing.errors)
         if archive is None:
-            errors["archive"] = ["Attach a .zip or .tar.gz archive."]
+            errors["archive"] = [gettext("Attach a .zip or .tar.gz archive.")]
         elif archive.size > limit:
-            errors["archive"] = [upload_size_refusal(archive.size, limit)]
+            errors["archive"] = [refusal_words(upload_size_refusal(archive.size, limit))]
         if errors:
             return Response(errors, status=status.HTTP_400_BAD_REQUEST)
         try:
             code_dir = create_from_archive(name, archive, owner=request.user, sharing=sharing.validated_data["sharing"],
                                            shared_with=sharing.validated_data["shared_with"])
         except ArchiveRejected as refusal:
-            return Response({refusal.field: [str(refusal)]}, status=status.HTTP_400_BAD_REQUEST)
+            return Response({refusal.field: [refusal_words(refusal)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response(CodeDirSerializer(code_dir).data, status=status.HTTP_201_CREATED)
 
 

@@ -7,6 +7,7 @@ import re
 import stat
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
@@ -21,16 +22,27 @@ MAX_NAME_BYTES = 255
 # C1 controls, as characters or, in a tar's name that is not UTF-8, as the raw bytes 0x80-0x9f (NUL has its own
 # refusal). Such a name would rewrite the screen of whoever lists the code directory or reads the job's log.
 CONTROL_CHARACTERS = re.compile("[\x01-\x1f\x7f-\x9f\udc80-\udc9f]")
-NOT_PLAIN = "only plain files and folders are allowed"
+
+
+def gettext_noop(words: str) -> str:
+    """Marks a refusal's words for the catalogue (makemessages finds them by this name); the console says them in
+    the page's language (jobs.code_dirs.service.refusal_words), this process knowing no language."""
+    return words
+
+
 # A code directory is there to run a boot file: an archive with none anywhere is a mistake to say at once.
-NO_PYTHON_FILE = "the archive holds no Python file to boot (no .py file in any of its folders)"
+NO_FILE = gettext_noop("the archive holds no file")
+NO_PYTHON_FILE = gettext_noop("the archive holds no Python file to boot (no .py file in any of its folders)")
 
 
 class ArchiveRejected(ValueError):
-    """Why an upload was refused; `field` is the form field the message belongs to: "archive" or "name"."""
+    """Why an upload was refused: `words` with its `params` (%(name)s placeholders), str() in English; `field` is
+    the form field the message belongs to: "archive" or "name"."""
 
-    def __init__(self, message: str, field: str = "archive"):
-        super().__init__(message)
+    def __init__(self, words: str, params: Mapping[str, str | int] | None = None, field: str = "archive"):
+        self.words = words
+        self.params: dict[str, str | int] = dict(params or {})
+        super().__init__(words % self.params if self.params else words)
         self.field = field
 
 
@@ -67,8 +79,10 @@ def _human(count: int) -> str:
     return "" if count < 1024 else f" ({size:.1f}".removesuffix(".0") + f" {unit})"
 
 
-def upload_size_refusal(size: int, limit: int) -> str:
-    return f"the upload is {size} bytes{_human(size)}; at most {limit} bytes{_human(limit)} may be uploaded"
+def upload_size_refusal(size: int, limit: int) -> ArchiveRejected:
+    return ArchiveRejected(gettext_noop("the upload is %(size)s bytes%(size_in_units)s; at most %(limit)s "
+                                        "bytes%(limit_in_units)s may be uploaded"),
+                           {"size": size, "size_in_units": _human(size), "limit": limit, "limit_in_units": _human(limit)})
 
 
 # Reading the archive: every member checked before anything is written ------------------------------
@@ -92,32 +106,54 @@ def _declared_size(ref: Any) -> int:
 
 def _parts(name: str) -> tuple[str, ...]:
     if "\x00" in name:
-        raise ArchiveRejected(f"{name!r} has a NUL character in its name")
+        raise ArchiveRejected(gettext_noop("%(path)s has a NUL character in its name"), {"path": repr(name)})
     if CONTROL_CHARACTERS.search(name):
         raise control_characters_refused(name)
     text = name.replace("\\", "/")
     if text.startswith("/"):
-        raise ArchiveRejected(f"{name!r} is an absolute path: it would be written outside the code directory")
+        raise ArchiveRejected(gettext_noop("%(path)s is an absolute path: it would be written outside the code directory"),
+                              {"path": repr(name)})
     parts = tuple(part for part in text.split("/") if part not in ("", "."))
     if ".." in parts:
-        raise ArchiveRejected(f"{name!r} has '..' in its path: it would be written outside the code directory")
+        raise ArchiveRejected(gettext_noop("%(path)s has '..' in its path: it would be written outside the code directory"),
+                              {"path": repr(name)})
     for part in parts:
         if len(os.fsencode(part)) > MAX_NAME_BYTES:
-            raise ArchiveRejected(f"{name!r} has a name longer than {MAX_NAME_BYTES} bytes")
+            raise ArchiveRejected(gettext_noop("%(path)s has a name longer than %(max)s bytes"),
+                                  {"path": repr(name), "max": MAX_NAME_BYTES})
     return parts
 
 
 def control_characters_refused(path: str) -> ArchiveRejected:
     """The refusal of a name with control characters, the name shown escaped (ESC as \\x1b), never as it is."""
-    return ArchiveRejected(f"{path!r} has a control character in its name (an escape sequence, a tab or a line "
-                           "break): rename it and upload again")
+    return ArchiveRejected(gettext_noop("%(path)s has a control character in its name (an escape sequence, a tab or a "
+                                        "line break): rename it and upload again"), {"path": repr(path)})
 
 
 def _links_refused(path: str, kind: str, target: str | None = None) -> ArchiveRejected:
-    to = f" (to {target!r})" if target is not None else ""
-    return ArchiveRejected(
-        f"{path} is a {kind} link{to}: links are refused, whether they point inside or outside the code directory; "
-        "a code directory holds only plain files and folders, as on the reference platform")
+    if target is None:
+        words = gettext_noop("%(path)s is a symbolic link: links are refused, whether they point inside or outside the "
+                             "code directory; a code directory holds only plain files and folders, as on the reference "
+                             "platform")
+    elif kind == "symbolic":
+        words = gettext_noop("%(path)s is a symbolic link (to %(target)s): links are refused, whether they point inside "
+                             "or outside the code directory; a code directory holds only plain files and folders, as on "
+                             "the reference platform")
+    else:
+        words = gettext_noop("%(path)s is a hard link (to %(target)s): links are refused, whether they point inside or "
+                             "outside the code directory; a code directory holds only plain files and folders, as on the "
+                             "reference platform")
+    return ArchiveRejected(words, {"path": path, "target": repr(target)})
+
+
+def not_plain_refused(path: str, kind: str) -> ArchiveRejected:
+    """The refusal of a member that is no plain file or folder: a "device" file, a "fifo", a "hard" link, or "other"."""
+    words = {
+        "device": gettext_noop("%(path)s is a device file: only plain files and folders are allowed"),
+        "fifo": gettext_noop("%(path)s is a fifo (a named pipe): only plain files and folders are allowed"),
+        "hard": gettext_noop("%(path)s is a hard link: only plain files and folders are allowed"),
+    }.get(kind, gettext_noop("%(path)s is not a plain file or folder: only plain files and folders are allowed"))
+    return ArchiveRejected(words, {"path": path})
 
 
 class _Budget:
@@ -130,24 +166,35 @@ class _Budget:
         self.written = 0
 
     def check_declared(self, total: int, *, complete: bool) -> None:
-        said = f"{total} bytes" + ("" if complete else " or more")
         if total > self.limit:
-            raise ArchiveRejected(f"the archive unpacks to {said}; at most {self.limit}{_human(self.limit)} are allowed")
+            raise ArchiveRejected(
+                gettext_noop("the archive unpacks to %(total)s bytes; at most %(limit)s%(limit_in_units)s are allowed")
+                if complete else
+                gettext_noop("the archive unpacks to %(total)s bytes or more; at most %(limit)s%(limit_in_units)s are "
+                             "allowed"),
+                {"total": total, "limit": self.limit, "limit_in_units": _human(self.limit)})
         if total > self.bomb_limit:
-            raise ArchiveRejected(self._bomb(said))
+            raise self._bomb(total, "exactly" if complete else "at least")
 
     def spend(self, count: int) -> None:
         """Counted while writing, whatever the headers said."""
         self.written += count
         if self.written > self.limit:
-            raise ArchiveRejected(f"the archive unpacks to more than {self.limit} bytes; "
-                                  f"at most {self.limit}{_human(self.limit)} are allowed")
+            raise ArchiveRejected(gettext_noop("the archive unpacks to more than %(limit)s bytes; at most "
+                                               "%(limit)s%(limit_in_units)s are allowed"),
+                                  {"limit": self.limit, "limit_in_units": _human(self.limit)})
         if self.written > self.bomb_limit:
-            raise ArchiveRejected(self._bomb(f"more than {self.bomb_limit} bytes"))
+            raise self._bomb(self.bomb_limit, "more than")
 
-    def _bomb(self, said: str) -> str:
-        return (f"the archive unpacks to {said} from {self.archive_size} bytes: more than {self.ratio} times its size, "
-                "which is refused as a compression bomb")
+    def _bomb(self, total: int, how: str) -> ArchiveRejected:
+        words = {
+            "exactly": gettext_noop("the archive unpacks to %(total)s bytes from %(size)s bytes: more than %(ratio)s "
+                                    "times its size, which is refused as a compression bomb"),
+            "at least": gettext_noop("the archive unpacks to %(total)s bytes or more from %(size)s bytes: more than "
+                                     "%(ratio)s times its size, which is refused as a compression bomb"),
+        }.get(how, gettext_noop("the archive unpacks to more than %(total)s bytes from %(size)s bytes: more than "
+                                "%(ratio)s times its size, which is refused as a compression bomb"))
+        return ArchiveRejected(words, {"total": total, "size": self.archive_size, "ratio": self.ratio})
 
 
 @dataclass
@@ -168,38 +215,42 @@ class _Plan:
     def _folder(self, parts: tuple[str, ...]) -> None:
         kind = self.kinds.get(parts)
         if kind == "file":
-            raise ArchiveRejected(f"{'/'.join(parts)} is both a file and a folder in the archive")
+            raise _file_and_folder(parts)
         if kind is None:
             self.kinds[parts] = "folder"
             self.folders += 1
             if len(parts) > self.limits.depth:
-                raise ArchiveRejected(f"{'/'.join(parts)} is {len(parts)} levels deep; "
-                                      f"at most {self.limits.depth} are allowed")
+                raise ArchiveRejected(gettext_noop("%(path)s is %(depth)s levels deep; at most %(max)s are allowed"),
+                                      {"path": "/".join(parts), "depth": len(parts), "max": self.limits.depth})
             if not self.complete:
                 self._check_folders()
 
     def _check_folders(self) -> None:
         if self.folders > self.limits.folders:
-            more = "" if self.complete else " or more"
-            raise ArchiveRejected(f"the archive holds {self.folders} folders{more}; "
-                                  f"at most {self.limits.folders} are allowed")
+            raise ArchiveRejected(
+                gettext_noop("the archive holds %(count)s folders; at most %(max)s are allowed") if self.complete
+                else gettext_noop("the archive holds %(count)s folders or more; at most %(max)s are allowed"),
+                {"count": self.folders, "max": self.limits.folders})
 
     def _check_files(self) -> None:
         if self.files > self.limits.files:
-            more = "" if self.complete else " or more"
-            raise ArchiveRejected(f"the archive holds {self.files} files{more}; at most {self.limits.files} are allowed")
+            raise ArchiveRejected(
+                gettext_noop("the archive holds %(count)s files; at most %(max)s are allowed") if self.complete
+                else gettext_noop("the archive holds %(count)s files or more; at most %(max)s are allowed"),
+                {"count": self.files, "max": self.limits.files})
 
     def add(self, name: str, is_dir: bool, executable: bool, ref: Any) -> None:
         # Members beyond every file and folder allowed: a folder given over and over is no reason to read on.
         if len(self.items) >= self.limits.files + self.limits.folders + 16:
-            raise ArchiveRejected(f"the archive has more than {len(self.items)} members; at most {self.limits.files} files "
-                                  f"and {self.limits.folders} folders are allowed")
+            raise ArchiveRejected(gettext_noop("the archive has more than %(count)s members; at most %(files)s files and "
+                                               "%(folders)s folders are allowed"),
+                                  {"count": len(self.items), "files": self.limits.files, "folders": self.limits.folders})
         parts = _parts(name)
         if not parts:
             if is_dir:
                 self.items.append(None)  # the archive's own top, "./"
                 return
-            raise ArchiveRejected(f"{name!r} is a file with no name")
+            raise ArchiveRejected(gettext_noop("%(path)s is a file with no name"), {"path": repr(name)})
         for end in range(1, len(parts)):
             self._folder(parts[:end])
         if is_dir:
@@ -207,9 +258,9 @@ class _Plan:
         else:
             kind = self.kinds.get(parts)
             if kind == "folder":
-                raise ArchiveRejected(f"{'/'.join(parts)} is both a file and a folder in the archive")
+                raise _file_and_folder(parts)
             if kind == "file":
-                raise ArchiveRejected(f"{'/'.join(parts)} is given twice in the archive")
+                raise ArchiveRejected(gettext_noop("%(path)s is given twice in the archive"), {"path": "/".join(parts)})
             self.kinds[parts] = "file"
             self.files += 1
             self.python_files += parts[-1].endswith(".py")
@@ -221,12 +272,16 @@ class _Plan:
 
     def finish(self) -> None:
         if not self.files:
-            raise ArchiveRejected("the archive holds no file")
+            raise ArchiveRejected(NO_FILE)
         self._check_files()
         self._check_folders()
         self.budget.check_declared(self.declared, complete=self.complete)
         if not self.python_files:  # after the limits: a bomb is said to be one, whatever it holds
             raise ArchiveRejected(NO_PYTHON_FILE)
+
+
+def _file_and_folder(parts: tuple[str, ...]) -> ArchiveRejected:
+    return ArchiveRejected(gettext_noop("%(path)s is both a file and a folder in the archive"), {"path": "/".join(parts)})
 
 
 def _zip_plan(archive: zipfile.ZipFile, plan: _Plan) -> None:
@@ -237,13 +292,13 @@ def _zip_plan(archive: zipfile.ZipFile, plan: _Plan) -> None:
         if kind == stat.S_IFLNK:
             raise _links_refused(path, "symbolic")
         if kind in (stat.S_IFCHR, stat.S_IFBLK):
-            raise ArchiveRejected(f"{path} is a device file: {NOT_PLAIN}")
+            raise not_plain_refused(path, "device")
         if kind == stat.S_IFIFO:
-            raise ArchiveRejected(f"{path} is a fifo (a named pipe): {NOT_PLAIN}")
+            raise not_plain_refused(path, "fifo")
         if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-            raise ArchiveRejected(f"{path} is not a plain file or folder: {NOT_PLAIN}")
+            raise not_plain_refused(path, "other")
         if info.flag_bits & 0x1:
-            raise ArchiveRejected(f"{path} is encrypted; upload the archive without a password")
+            raise ArchiveRejected(gettext_noop("%(path)s is encrypted; upload the archive without a password"), {"path": path})
         plan.add(path, info.is_dir() or kind == stat.S_IFDIR, bool(mode & 0o111), info)
 
 
@@ -255,11 +310,11 @@ def _tar_plan(archive: tarfile.TarFile, plan: _Plan) -> None:
         if info.islnk():
             raise _links_refused(path, "hard", info.linkname)
         if info.ischr() or info.isblk():
-            raise ArchiveRejected(f"{path} is a device file: {NOT_PLAIN}")
+            raise not_plain_refused(path, "device")
         if info.isfifo():
-            raise ArchiveRejected(f"{path} is a fifo (a named pipe): {NOT_PLAIN}")
+            raise not_plain_refused(path, "fifo")
         if not (info.isreg() or info.isdir()):
-            raise ArchiveRejected(f"{path} is not a plain file or folder: {NOT_PLAIN}")
+            raise not_plain_refused(path, "other")
         plan.add(path, info.isdir(), bool(info.mode & 0o111), info)
 
 
@@ -268,9 +323,10 @@ def _tar_stream(source: IO[bytes]) -> tarfile.TarFile:
     try:
         return tarfile.open(fileobj=source, mode="r|*")
     except tarfile.TarError:
-        raise ArchiveRejected("the file is neither a .zip nor a .tar.gz archive") from None
+        raise ArchiveRejected(gettext_noop("the file is neither a .zip nor a .tar.gz archive")) from None
 
 
 def _damaged(error: BaseException) -> ArchiveRejected:
     detail = str(error) or type(error).__name__
-    return ArchiveRejected(f"the archive is damaged or truncated and cannot be read ({detail})")
+    return ArchiveRejected(gettext_noop("the archive is damaged or truncated and cannot be read (%(detail)s)"),
+                           {"detail": detail})

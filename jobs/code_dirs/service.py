@@ -55,6 +55,7 @@ from typing import IO
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext
 
 from jobs.code_dirs.policy import (
     CONTROL_CHARACTERS,
@@ -62,12 +63,14 @@ from jobs.code_dirs.policy import (
     FILE_MODE,
     FOLDER_MODE,
     NAME_RE,
+    NO_FILE,
     NO_PYTHON_FILE,
-    NOT_PLAIN,
     ArchiveRejected,
     Limits,
     Unpacked,
     control_characters_refused,
+    gettext_noop,
+    not_plain_refused,
     upload_size_refusal,
 )
 from jobs.models import CodeDirectory
@@ -75,6 +78,26 @@ from jobs.models import CodeDirectory
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # What the unpacker may say: its one JSON answer.
 MAX_ANSWER_BYTES = 1024 * 1024
+
+
+def refusal_words(refusal: ArchiveRejected) -> str:
+    """A refusal in the request's language (its English when the catalogue has no such words)."""
+    try:
+        return gettext(refusal.words) % refusal.params if refusal.params else gettext(refusal.words)
+    except (KeyError, TypeError, ValueError):
+        return str(refusal)
+
+
+def _unpacker_refusal(answer: dict) -> ArchiveRejected:
+    """The unpacker's refusal, its words kept for the page's language when they are whole."""
+    words, params = answer.get("words"), answer.get("params")
+    if isinstance(words, str) and isinstance(params, dict) and all(
+            isinstance(key, str) and isinstance(value, str | int) for key, value in params.items()):
+        try:
+            return ArchiveRejected(words, params)
+        except (KeyError, TypeError, ValueError):
+            pass
+    return ArchiveRejected(str(answer["refused"]))
 
 
 def limits_from_settings() -> Limits:
@@ -113,16 +136,17 @@ def _run_unpacker(archive_fd: int, root_fd: int, limits: Limits, archive_size: i
                               cwd=settings.BASE_DIR, env={"LC_ALL": "C.UTF-8"}, pass_fds=(archive_fd, root_fd),
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise ArchiveRejected(f"unpacking the archive took longer than {timeout} seconds") from None
+        raise ArchiveRejected(gettext_noop("unpacking the archive took longer than %(seconds)s seconds"),
+                              {"seconds": timeout}) from None
     try:
         answer = json.loads(done.stdout[:MAX_ANSWER_BYTES]) if done.stdout else None
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        raise ArchiveRejected(f"the archive could not be unpacked (the unpacking process ended with status "
-                              f"{done.returncode})")
+        raise ArchiveRejected(gettext_noop("the archive could not be unpacked (the unpacking process ended with "
+                                           "status %(status)s)"), {"status": done.returncode})
     if "refused" in answer:
-        raise ArchiveRejected(str(answer["refused"]))
+        raise _unpacker_refusal(answer)
     if "failed" in answer or done.returncode != 0:
         raise RuntimeError(f"unpacking the archive failed: {answer.get('failed', done.returncode)}")
     uid, gid = answer["unpacked_by"]
@@ -167,7 +191,8 @@ def _settle(folder_fd: int, path: str, depth: int, count: _Count, limits: Limits
         if stat.S_ISDIR(before.st_mode):
             count.folders += 1
             if count.folders > limits.folders or depth + 1 > limits.depth:
-                raise ArchiveRejected(f"the archive holds more folders, or deeper ones, than allowed ({where})")
+                raise ArchiveRejected(gettext_noop("the archive holds more folders, or deeper ones, than allowed "
+                                                   "(%(path)s)"), {"path": where})
             fd = os.open(name, _DIR_FLAGS, dir_fd=folder_fd)
             try:
                 _own(fd, before, FOLDER_MODE, owner, where)
@@ -179,23 +204,24 @@ def _settle(folder_fd: int, path: str, depth: int, count: _Count, limits: Limits
             try:
                 now = os.fstat(fd)
                 if now.st_nlink != 1:
-                    raise ArchiveRejected(f"{where} is a hard link: {NOT_PLAIN}")
+                    raise not_plain_refused(where, "hard")
                 count.files += 1
                 count.bytes += now.st_size
                 count.python_files += name.endswith(".py")
                 if count.files > limits.files or count.bytes > limits.unpacked_bytes:
-                    raise ArchiveRejected(f"the archive holds more files or bytes than allowed ({where})")
+                    raise ArchiveRejected(gettext_noop("the archive holds more files or bytes than allowed (%(path)s)"),
+                                          {"path": where})
                 _own(fd, before, EXECUTABLE_MODE if before.st_mode & 0o111 else FILE_MODE, owner, where)
             finally:
                 os.close(fd)
         else:
-            raise ArchiveRejected(f"{where} is not a plain file or folder: {NOT_PLAIN}")
+            raise not_plain_refused(where, "other")
 
 
 def _own(fd: int, seen: os.stat_result, mode: int, owner: tuple[int, int] | None, where: str) -> None:
     now = os.fstat(fd)
     if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or stat.S_IFMT(now.st_mode) != stat.S_IFMT(seen.st_mode):
-        raise ArchiveRejected(f"{where} changed while it was being checked")
+        raise ArchiveRejected(gettext_noop("%(path)s changed while it was being checked"), {"path": where})
     if owner is not None:
         os.fchown(fd, *owner)
     os.fchmod(fd, mode)
@@ -216,7 +242,7 @@ def unpack(archive: Path | IO[bytes], destination: Path, limits: Limits | None =
     with opened as source:
         archive_size = source.seek(0, os.SEEK_END)
         if archive_size > limits.upload_bytes:
-            raise ArchiveRejected(upload_size_refusal(archive_size, limits.upload_bytes))
+            raise upload_size_refusal(archive_size, limits.upload_bytes)
         scratch = Path(tempfile.mkdtemp(prefix=".unpack-", dir=destination.parent))
         try:
             unpacked = scratch / "unpacked"
@@ -235,7 +261,7 @@ def unpack(archive: Path | IO[bytes], destination: Path, limits: Limits | None =
             finally:
                 os.close(root_fd)
             if not count.files:
-                raise ArchiveRejected("the archive holds no file")
+                raise ArchiveRejected(NO_FILE)
             if not count.python_files:
                 raise ArchiveRejected(NO_PYTHON_FILE)
             entries = list(unpacked.iterdir())
@@ -252,11 +278,12 @@ def unpack(archive: Path | IO[bytes], destination: Path, limits: Limits | None =
 def create_from_archive(name: str, archive: Path | IO[bytes], owner=None, sharing: str = CodeDirectory.Sharing.PRIVATE,
                         shared_with=None) -> CodeDirectory:
     """An uploaded archive as a new code directory of the owner's, private unless said otherwise."""
-    problem = name_refusal(name, owner)
+    problem = _name_problem(name, owner)
     if problem:
-        raise ArchiveRejected(problem, field="name")
+        raise problem
     if sharing not in CodeDirectory.Sharing.values:
-        raise ArchiveRejected(f"Choose one of {', '.join(CodeDirectory.Sharing.values)}.", field="sharing")
+        raise ArchiveRejected(gettext_noop("Choose one of %(choices)s."), {"choices": ", ".join(CodeDirectory.Sharing.values)},
+                              field="sharing")
     # Each owner's directories in a folder of their own: two users may each have a "train".
     root = Path(settings.CODE_DIRS_ROOT) / (f"user-{owner.pk}" if owner is not None else "shared")
     root.mkdir(parents=True, exist_ok=True)
@@ -281,17 +308,23 @@ def create_from_archive(name: str, archive: Path | IO[bytes], owner=None, sharin
 
 
 def _name_taken(name: str) -> ArchiveRejected:
-    return ArchiveRejected(f"You already have a code directory named {name!r}; choose another name.", field="name")
+    return ArchiveRejected(gettext_noop("You already have a code directory named %(name)s; choose another name."),
+                           {"name": repr(name)}, field="name")
+
+
+def _name_problem(name: str, owner=None) -> ArchiveRejected | None:
+    if not NAME_RE.fullmatch(name or ""):
+        return ArchiveRejected(gettext_noop("Use 1 to 64 letters, digits, '-' or '_'."), field="name")
+    if CodeDirectory.objects.filter(name=name, owner=owner).exists():
+        return _name_taken(name)
+    return None
 
 
 def name_refusal(name: str, owner=None) -> str | None:
-    """What is wrong with a new code directory's name, or None: its form, and that the owner has none of that
-    name (other users' names are theirs to reuse and are never revealed)."""
-    if not NAME_RE.fullmatch(name or ""):
-        return "Use 1 to 64 letters, digits, '-' or '_'."
-    if CodeDirectory.objects.filter(name=name, owner=owner).exists():
-        return str(_name_taken(name))
-    return None
+    """What is wrong with a new code directory's name, in the request's language, or None: its form, and that the
+    owner has none of that name (other users' names are theirs to reuse and are never revealed)."""
+    problem = _name_problem(name, owner)
+    return refusal_words(problem) if problem else None
 
 
 def register(name: str, path: Path, owner=None, sharing: str = CodeDirectory.Sharing.PRIVATE) -> CodeDirectory:

@@ -5,7 +5,8 @@ It starts as the console's account, with only the standard library and jobs.code
 (no Django, no lock, connection or thread of the console's), then, when the console runs as root, drops
 to the unprivileged account it is given (`setgroups([])`, `setgid`, `setuid`, and a check that no root id
 is left) before it reads a byte of the archive. Its `RLIMIT_FSIZE` caps any file at the unpacked-size limit.
-It answers one JSON object on stdout: {"unpacked_by": [uid, gid]}, {"refused": why} or {"failed": what}.
+It answers one JSON object on stdout: {"unpacked_by": [uid, gid]}, {"refused": why, "words": ..., "params": ...}
+(why in English, and the words and their values the console says in the page's language) or {"failed": what}.
 Started by exec rather than forked from the web process: a fork of a process with threads copies only
 the forking thread, and whatever lock another thread held stays held in the child.
 """
@@ -34,6 +35,7 @@ from jobs.code_dirs.policy import (
     _tar_plan,
     _tar_stream,
     _zip_plan,
+    gettext_noop,
 )
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -94,8 +96,9 @@ def _write_member(root_fd: int, item: _Item, data: IO[bytes] | None, budget: _Bu
 
 def _unwritable(item: _Item, error: OSError) -> ArchiveRejected:
     if error.errno == errno.EFBIG:
-        return ArchiveRejected(f"{item.path} is larger than the unpacked size allowed")
-    return ArchiveRejected(f"{item.path} could not be written ({error.strerror or error})")
+        return ArchiveRejected(gettext_noop("%(path)s is larger than the unpacked size allowed"), {"path": item.path})
+    return ArchiveRejected(gettext_noop("%(path)s could not be written (%(reason)s)"),
+                           {"path": item.path, "reason": str(error.strerror or error)})
 
 
 def _write_all(source: IO[bytes], root_fd: int, limits: Limits, archive_size: int) -> None:
@@ -127,7 +130,7 @@ def _write_all(source: IO[bytes], root_fd: int, limits: Limits, archive_size: in
             if item is None:
                 continue
             if info.name != item.ref.name:
-                raise ArchiveRejected("the archive changed between two readings")
+                raise ArchiveRejected(gettext_noop("the archive changed between two readings"))
             _write_member(root_fd, item, None if item.is_dir else archive.extractfile(info), budget)
 
 
@@ -172,7 +175,7 @@ def main(request_text: str) -> int:
                              request["archive_size"], account)
         code = 0
     except ArchiveRejected as refusal:
-        answer, code = {"refused": str(refusal)}, 1
+        answer, code = {"refused": str(refusal), "words": refusal.words, "params": refusal.params}, 1
     except BaseException as error:  # noqa: B036, BLE001 - whatever happens, the process answers and exits here
         answer, code = {"failed": f"{type(error).__name__}: {error}"}, 1
     sys.stdout.write(json.dumps(answer))
