@@ -125,6 +125,28 @@ def test_with_the_administrators_leave_the_watchdog_stops_a_hung_job_itself(api,
     assert_nothing_left_on_any_node(job, console)
 
 
+def test_a_rank_that_printed_its_last_line_and_exited_as_0_is_never_taken_as_hung(api, console):
+    # Rank 1 is silent from the start, the others print for 20 s: past the watchdog's 8 s, had rank 1 not ended.
+    job = submit(api, "finishes_early.py", parameters=[{"name": "rank", "value": "1"}], watchdog_seconds=8)
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=120)
+
+    assert job.log_lines.filter(text="rank 1 done").exists()
+    assert not job.events.filter(kind="watchdog").exists(), list(job.events.values_list("message", flat=True))
+    assert (job.suspected_hung_since, job.silent_ranks) == (None, [])
+
+
+@pytest.mark.fault("a rank hung, its owner having asked the watchdog to stop the job",
+                   "the watchdog stops the job though the administrator's default only warns")
+def test_an_owner_who_asked_for_it_has_the_watchdog_stop_their_hung_job_without_the_administrators_leave(api, console):
+    LauncherDefaults.objects.filter(pk=1).update(watchdog_may_stop=False)
+    job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "2"}], watchdog_seconds=8,
+                 watchdog_action="stop")
+    job = wait_for(job, [JobStatus.TERMINATED], timeout=90)
+
+    assert job.status_message.startswith("Stopped by the watchdog: rank(s) 2 printed nothing")
+    assert job.failure["kind"] == "watchdog"
+
+
 def test_auto_stop_ends_a_job_past_its_limit_and_leaves_no_process_on_any_node(api, console):
     job = submit(api, "hang.py", parameters=[{"name": "rank", "value": "-1"}], auto_stop_hours=1)
     wait_for(job, [JobStatus.RUNNING])
