@@ -171,6 +171,11 @@
     async searchBack(generation) {
       while (generation === this.generation && this.previous && this.view.childElementCount < PAGE_LINES) {
         this.showNote(Console.fillTemplate(this.label("searching"), { from: this.previous.toLocaleString(), to: this.total.toLocaleString() }), "searching");
+        if (this.loadingOlder) {
+          // A scroll to the top is reading the page before; the search goes on after it.
+          await new Promise((resolve) => setTimeout(resolve, FLUSH_MS));
+          continue;
+        }
         if (!(await this.loadOlder({ quiet: true }))) break;
       }
       if (generation === this.generation && this.note.dataset.kind === "searching") this.showNote("");
