@@ -52,6 +52,10 @@ class PoolCapacity:
     specs: list[Capacity]
     # A Slurm pool: what Slurm last said of it (jobs.backends.slurm.take_snapshot), None for the console's own.
     slurm: ResourcePool | None = None
+    # The console's own pools: each node with its job, each waiting job with when it may start
+    # (jobs.pages.capacity_detail); set for the reader by the page.
+    detail: dict | None = None
+    pool: ResourcePool | None = None
 
 
 def pool_capacity() -> list[PoolCapacity]:
@@ -98,6 +102,7 @@ def pool_capacity() -> list[PoolCapacity]:
             total=total,
             specs=spec_rows,
             slurm=pool if pool is not None and pool.is_slurm else None,
+            pool=pool,
         ))
     return pools
 

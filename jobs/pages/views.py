@@ -31,6 +31,7 @@ from jobs.models import (
     TrainingJob,
 )
 from jobs.pages.capacity import console_processes, pool_capacity
+from jobs.pages.capacity_detail import pool_detail
 from jobs.pages.display import display
 from jobs.pages.job_list import WITHIN_CHOICES, filtered_jobs, list_filters, sort_links
 from jobs.pages.log_download import timestamped_log_response
@@ -288,4 +289,8 @@ def job_delete(request, pk):
 
 @login_required
 def capacity(request):
-    return render(request, "jobs/capacity.html", {"pools": pool_capacity(), **console_processes()})
+    pools = pool_capacity()
+    for pool in pools:
+        if pool.slurm is None:
+            pool.detail = pool_detail(request.user, pool.pool)
+    return render(request, "jobs/capacity.html", {"pools": pools, **console_processes()})

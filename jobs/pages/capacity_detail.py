@@ -1,0 +1,94 @@
+"""Who holds and who waits, per pool of the console's own nodes, for the capacity page: each node with the job on
+it, and each waiting job with its place in its queue and the earliest it can start (from the auto stop
+limits of the jobs on the nodes it needs: jobs.allocation.earliest_start).
+
+Other users' jobs are named by number only: a user sees that a node is busy or a queue long, not what
+others run (staff, who may see every job, get names and owners).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from jobs.allocation import earliest_start
+from jobs.models import JobStatus, Node, ResourcePool, TrainingJob
+from jobs.submission.access import visible_jobs
+
+# The waiting jobs listed per pool (the head of each queue is what a reader asks about).
+WAITING_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """A job as the page may name it: its number always; its name and owner when the reader may see it."""
+
+    pk: int
+    name: str
+    owner: str
+    visible: bool
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    state: str
+    state_label: str
+    spec: str
+    job: JobRef | None
+
+
+@dataclass(frozen=True)
+class WaitingRow:
+    position: int
+    job: JobRef
+    spec: str
+    nodes: int
+    # When it may start, in words: now, by a time (the auto stops of the jobs on its nodes), or unknown.
+    when: str
+
+
+def _ref(job: TrainingJob, visible_ids: set[int]) -> JobRef:
+    visible = job.pk in visible_ids
+    return JobRef(job.pk, job.name if visible else "", job.owner.get_username() if visible else "", visible)
+
+
+def pool_detail(user, pool: ResourcePool | None) -> dict[str, list]:
+    """The nodes and the waiting jobs of one of the console's own pools (None: the nodes of no pool)."""
+    nodes = list(Node.objects.filter(pool=pool).select_related("spec", "allocated_to__owner").order_by("name"))
+    waiting = list(TrainingJob.objects.filter(status=JobStatus.PENDING, pool=pool).select_related("spec", "owner")
+                   .order_by("created_at", "id")[:WAITING_SHOWN])
+    holders = {node.allocated_to_id for node in nodes if node.allocated_to_id}
+    visible_ids = set(visible_jobs(user).filter(Q(pk__in=holders) | Q(pk__in=[job.pk for job in waiting]))
+                      .values_list("pk", flat=True))
+    node_rows = [NodeRow(node.name, node.display_state, str(Node.DisplayState(node.display_state).label),
+                         node.spec.name, _ref(node.allocated_to, visible_ids) if node.allocated_to else None)
+                 for node in nodes]
+    positions: dict[int, int] = {}
+    waiting_rows = []
+    for job in waiting:
+        # Each spec has its own queue in a pool: the place counts the jobs of that spec ahead.
+        positions[job.spec_id] = positions.get(job.spec_id, 0) + 1
+        start = earliest_start(job)
+        # "Now" read after the start: a job whose nodes are free gets the time of that reading.
+        when = waiting_words(start, positions[job.spec_id] - 1, timezone.now())
+        waiting_rows.append(WaitingRow(positions[job.spec_id], _ref(job, visible_ids), job.spec.name, job.node_count,
+                                       when))
+    return {"nodes": node_rows, "waiting": waiting_rows}
+
+
+def waiting_words(start: datetime | None, ahead: int, now: datetime) -> str:
+    """When a waiting job may start: from the earliest its nodes are sure to be free, and the jobs ahead of it."""
+    if start is None:
+        return _("unknown: a job on the nodes it needs has no auto stop limit")
+    if start <= now:
+        if ahead:
+            return _("enough nodes are free; %(ahead)s job(s) ahead of it go first") % {"ahead": ahead}
+        return _("its nodes are free: it starts at the next dispatch")
+    words = _("its nodes are sure to be free by about %(time)s (the auto stops of the jobs on them)") % {
+        "time": timezone.localtime(start).strftime("%Y-%m-%d %H:%M")}
+    if ahead:
+        words += " " + _("%(ahead)s job(s) ahead of it go first.") % {"ahead": ahead}
+    return words
