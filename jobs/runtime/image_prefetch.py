@@ -12,6 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import asyncssh
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
@@ -59,7 +60,7 @@ async def _prefetch_node(node: Node, references: list[str], gate: asyncio.Semaph
         try:
             target = node.ssh_target()
             connection = await connect(target)
-        except (ValueError, NodeError) as error:
+        except (ValueError, NodeError, asyncssh.Error, OSError) as error:
             return [Prefetched(node.name, reference, str(error)) for reference in references]
         async with connection:
             for reference in references:
@@ -68,7 +69,7 @@ async def _prefetch_node(node: Node, references: list[str], gate: asyncio.Semaph
 
                 try:
                     await ensure_image(connection, node.name, reference, say)
-                except NodeError as error:
+                except (NodeError, asyncssh.Error, OSError, TimeoutError) as error:
                     await say(f"{node.name}: {reference} could not be brought: {error}")
                     done.append(Prefetched(node.name, reference, str(error)))
                     continue
