@@ -411,14 +411,15 @@ class LauncherDefaults(models.Model):
         help_text=_("Bytes of a job's output stored before the rest is dropped, with a note in the log (0: no cap). "
                     "Applies to jobs created after the change."),
     )
-    # A rank silent this long makes a job "suspected hung"; a job copies it when created and may set its own.
+    # A rank silent this long makes a job "suspected hung"; a job may set its own, else it follows this one.
     watchdog_seconds = models.PositiveIntegerField(
         default=1800,
         help_text=_("Seconds a rank may print nothing before its job is marked suspected hung (0: no watchdog). "
-                    "Applies to jobs created after the change."),
+                    "A job that chose no time of its own follows this value while it runs, a change included."),
     )
     watchdog_may_stop = models.BooleanField(
-        default=False, help_text=_("Let the console stop a job the watchdog marks as suspected hung.")
+        default=False, help_text=_("Let the console stop a job the watchdog marks as suspected hung, for jobs that "
+                                   "chose nothing themselves (a job may ask to be stopped, or only warned).")
     )
     extra_options_allowed = models.TextField(
         blank=True,
