@@ -301,9 +301,7 @@ CELERY_WORKER_DISABLE_PREFETCH = True
 # and a message would then reach both.
 CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("control", "runs")]
 CELERY_TASK_DEFAULT_QUEUE = "control"
-# Bringing engine images to nodes takes minutes too (jobs.runtime.image_prefetch).
-CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"},
-                      "jobs.tasks.prefetch_images": {"queue": "runs"}}
+CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 # Keep Django's logging (with each record's task id) in the worker instead of Celery's own format.

@@ -17,6 +17,7 @@ from django.utils import timezone
 from console.database_busy import DATABASE_UNAVAILABLE
 from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
+from jobs.logs.progress import redis_connection
 from jobs.models import ConsoleProcess, Node, ResourcePool
 from jobs.runtime import image_prefetch, node_health, reaper, run, takeover
 from jobs.runtime.node_health import CheckResult
@@ -69,8 +70,9 @@ def run_job(job_id: int) -> None:
 STOP_RETRIES = 20
 
 
+# No jitter: the waits are 2, 4, ... 60 s as STOP_RETRIES counts on, not a random part of each.
 @shared_task(ignore_result=True, autoretry_for=DATABASE_UNAVAILABLE, retry_backoff=2, retry_backoff_max=60,
-             max_retries=STOP_RETRIES)
+             retry_jitter=False, max_retries=STOP_RETRIES)
 def stop_job(job_id: int) -> None:
     run.stop_running_job(job_id)
 
@@ -113,8 +115,8 @@ def take_up_lost_runs(**_) -> None:
 
 @worker_ready.connect
 def prefetch_images_at_start(sender=None, **_) -> None:
-    """At the console's start, the engine images go to the nodes that lack them: asked by the worker that serves
-    the runs queue, once, where the prefetch then runs."""
+    """At the console's start, the engine images go to the nodes that lack them: asked once, by the worker that
+    serves the runs queue (there is one per console)."""
     queues = {queue.name for queue in getattr(getattr(sender, "task_consumer", None), "queues", [])}
     if "runs" not in queues or not settings.IMAGE_PREFETCH:
         return
@@ -124,11 +126,25 @@ def prefetch_images_at_start(sender=None, **_) -> None:
         logger.warning("could not queue the image prefetch at start", exc_info=True)
 
 
-@shared_task(ignore_result=True)
-def prefetch_images(node_ids: list[int] | None = None, version_ids: list[int] | None = None) -> None:
+# One prefetch at a time: it holds a thread of the control worker for minutes (not a run's thread: those are
+# the run slots the dispatcher counts), so a second one waits in the queue, not in a thread.
+PREFETCH_LOCK = "image-prefetch"
+PREFETCH_LOCK_SECONDS = 3 * 3600
+PREFETCH_WAIT_SECONDS = 60
+
+
+@shared_task(ignore_result=True, bind=True, max_retries=None)
+def prefetch_images(self, node_ids: list[int] | None = None, version_ids: list[int] | None = None) -> None:
     """Bring the engine images to the nodes before a job needs them (jobs.runtime.image_prefetch)."""
-    if settings.IMAGE_PREFETCH:
+    if not settings.IMAGE_PREFETCH:
+        return
+    lock = redis_connection().lock(PREFETCH_LOCK, timeout=PREFETCH_LOCK_SECONDS)
+    if not lock.acquire(blocking=False):
+        raise self.retry(countdown=PREFETCH_WAIT_SECONDS)
+    try:
         image_prefetch.prefetch(node_ids, version_ids)
+    finally:
+        lock.release()
 
 
 def wake_dispatcher() -> None:

@@ -34,7 +34,7 @@ class TrainingJobLogMatches(APIView):
         if not form.is_valid():
             return Response(form_errors(form), status=status.HTTP_400_BAD_REQUEST)
         through_text = request.query_params.get("through", "")
-        if through_text and not through_text.isdigit():
+        if through_text and not (through_text.isascii() and through_text.isdigit() and len(through_text) <= 18):
             return Response({"through": ["Must be a whole number."]}, status=status.HTTP_400_BAD_REQUEST)
         through = min(int(through_text), job.log_line_count) if through_text else job.log_line_count
         query = form.cleaned_data

@@ -431,7 +431,9 @@ def mca_settings(text: str) -> list[McaSetting]:
 
 # The MCA parameters that name network interfaces, each a comma list of interface names or of networks in
 # CIDR notation (Open MPI reads an entry that starts with a digit as a network: "192.168.0.0/16").
-INTERFACE_MCA_PARAMS = ("btl_tcp_if_include", "btl_tcp_if_exclude", "oob_tcp_if_include", "oob_tcp_if_exclude")
+# Only the include lists: an exclude list may name interfaces a node lacks (nothing is excluded there), as
+# Open MPI's own defaults do.
+INTERFACE_MCA_PARAMS = ("btl_tcp_if_include", "oob_tcp_if_include")
 
 
 def interfaces_named(text: str) -> list[tuple[McaSetting, str]]:

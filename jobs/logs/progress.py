@@ -38,6 +38,11 @@ def _client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0))
 
 
+def redis_connection() -> redis.Redis:
+    """This process' Redis connection, for the few things besides progress that go through Redis (a lock)."""
+    return _client()
+
+
 _quiet_until = 0.0
 
 

@@ -18,8 +18,9 @@ from jobs.models import LogLine
 
 # How long one search or count may look before it answers with what it has and where it stopped.
 SEARCH_SECONDS = 1.0
-# The lines a count checks in Python at a time.
+# The lines a count checks in Python at a time, and the rows a search with a pattern or a level reads at once.
 COUNT_CHUNK_LINES = 5000
+SEARCH_BATCH_LINES = 2000
 
 
 def search_before(job_id: int, before: int, query: dict, limit: int, *, total: int,
@@ -29,12 +30,20 @@ def search_before(job_id: int, before: int, query: dict, limit: int, *, total: i
     to `before` has been looked at, so fewer than `limit` lines with a `previous` means "not searched
     further yet", not "no more matches"."""
     deadline = time.monotonic() + seconds
+    # Where a pattern or a level keeps only some of the rows the database gives, each read asks for a batch,
+    # not for the few lines still missing: a page nearly full would otherwise cost a query a row.
+    batch = SEARCH_BATCH_LINES if line_match(query) is not None else 0
     lines: list = []
     previous: int | None = before
     while previous is not None and len(lines) < limit:
-        page = read_before(job_id, previous, query, limit - len(lines), total=total, window=window)
-        lines = page.lines + lines
-        previous = page.previous
+        missing = limit - len(lines)
+        page = read_before(job_id, previous, query, max(missing, batch), total=total, window=window)
+        found, previous = page.lines, page.previous
+        if len(found) > missing:
+            # More than the page takes: the older ones are read again next time, from the first line kept.
+            found = found[-missing:]
+            previous = found[0].seq if found[0].seq > 1 else None
+        lines = found + lines
         if time.monotonic() >= deadline:
             break
     return LogPage(lines, None, previous=previous)

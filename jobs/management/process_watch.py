@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
+from django.db import close_old_connections, connection
 
 from console import liveness
 from console.celery import app
@@ -51,6 +52,9 @@ class ProcessWatch:
         if time.monotonic() < self.next_look:
             return
         self.next_look = time.monotonic() + self.every
+        # A long-lived process: a database connection that broke (a restarted PostgreSQL) is dropped before a
+        # look and after a failed one, so the next look opens a fresh one instead of failing for ever.
+        close_old_connections()
         try:
             self.look(time.time())
             self.failing = False
@@ -58,6 +62,7 @@ class ProcessWatch:
             if not self.failing:  # said once, not every few seconds while it lasts
                 self.say(f"the watch over the Celery processes could not look: {error!r}")
             self.failing = True
+            connection.close()
 
     def look(self, now: float) -> None:
         try:

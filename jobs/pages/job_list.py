@@ -5,12 +5,13 @@ from datetime import timedelta
 
 from django import forms
 from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.models import JobStatus, TrainingJob
+from jobs.results.metrics import NAME_RE as METRIC_NAME_RE
 
 # The list's time filter: jobs created within the last ...
 CREATED_WITHIN = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -28,7 +29,8 @@ SORT_COLUMNS = {
     "duration": ("list_duration",),
 }
 DEFAULT_SORT = "-created"
-METRIC_SORT = re.compile(r"-?metric:([\w.\-/]{1,64})")
+# A metric's name as its definition allows it (colons included).
+METRIC_SORT = re.compile(r"-?metric:(" + METRIC_NAME_RE.pattern.removeprefix("^").removesuffix("$") + ")")
 
 
 class JobListForm(forms.Form):
@@ -86,7 +88,8 @@ def ordered(jobs: QuerySet[TrainingJob], sort: str) -> QuerySet[TrainingJob]:
     key = sort.lstrip("-")
     metric = METRIC_SORT.fullmatch(sort)
     if metric:
-        jobs = jobs.annotate(list_metric=Cast(KT(f"final_metrics__{metric.group(1)}"), FloatField()))
+        # The key as one key: a name holding "__" is not a path into nested objects.
+        jobs = jobs.annotate(list_metric=Cast(KeyTextTransform(metric.group(1), "final_metrics"), FloatField()))
         fields: tuple[str, ...] = ("list_metric",)
     else:
         fields = SORT_COLUMNS[key]

@@ -86,11 +86,17 @@ def prefetch(node_ids: list[int] | None = None, version_ids: list[int] | None = 
     if not references or not nodes:
         return []
 
-    async def everywhere() -> list[list[Prefetched]]:
+    async def everywhere() -> list[list[Prefetched] | BaseException]:
         gate = asyncio.Semaphore(PREFETCH_CONCURRENCY)
-        return await asyncio.gather(*(_prefetch_node(node, references, gate) for node in nodes))
+        # Whatever one node meets (a database too busy for its note, say) stays that node's.
+        return await asyncio.gather(*(_prefetch_node(node, references, gate) for node in nodes), return_exceptions=True)
 
-    results = [item for items in asyncio.run(everywhere()) for item in items]
+    results: list[Prefetched] = []
+    for node, outcome in zip(nodes, asyncio.run(everywhere()), strict=True):
+        if isinstance(outcome, BaseException):
+            results += [Prefetched(node.name, reference, repr(outcome)) for reference in references]
+        else:
+            results += outcome
     for item in results:
         if item.error:
             logger.warning("prefetching %s on %s: %s", item.reference, item.node, item.error)

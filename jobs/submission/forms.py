@@ -155,7 +155,9 @@ class SecondsOrOffField(forms.Field):
         text = str(value).strip().lower()
         if text == "off":
             return RANK_EXIT_NEVER
-        if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) > self.MAX_SECONDS:
+        # The length first: int() of thousands of digits raises ValueError (Python's own limit), not a field error.
+        if (isinstance(value, bool) or not (text.isascii() and text.isdigit()) or len(text) > 7
+                or int(text) > self.MAX_SECONDS):
             raise ValidationError(_("Give a number of seconds from 0 to %(max)s, or off."), params={"max": self.MAX_SECONDS})
         return int(text)
 

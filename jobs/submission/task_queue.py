@@ -42,5 +42,5 @@ def check_slurm_pool_soon(pool_id: int) -> bool:
 
 def prefetch_images_soon(node_ids: list[int] | None = None, version_ids: list[int] | None = None) -> bool:
     """Bring engine images (these versions', or all) to nodes (these, or every enabled one) before a job needs
-    them: minutes of copying, on the runs queue."""
+    them: minutes of copying, one prefetch at a time (jobs.tasks.prefetch_images)."""
     return _queue("jobs.tasks.prefetch_images", node_ids, version_ids)

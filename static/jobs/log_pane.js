@@ -176,7 +176,11 @@
           await new Promise((resolve) => setTimeout(resolve, FLUSH_MS));
           continue;
         }
-        if (!(await this.loadOlder({ quiet: true }))) break;
+        if (!(await this.loadOlder({ quiet: true })) && this.previous) {
+          // The read failed (a lost connection): said, and tried again, rather than an empty pane.
+          this.showNote(this.label("reconnecting"), "reconnecting");
+          await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+        }
       }
       if (generation === this.generation && this.note.dataset.kind === "searching") this.showNote("");
       if (generation === this.generation) this.settle();

@@ -17,7 +17,6 @@
       this.context = find("context");
       this.contextTitle = find("context-title");
       this.contextLines = find("context-lines");
-      this.patterns = new Map();
       this.clear();
       this.previousButton.addEventListener("click", () => this.step(-1));
       this.nextButton.addEventListener("click", () => this.step(1));
@@ -44,6 +43,7 @@
       this.counted = 0;
       this.through = null;
       this.arrivals = [];  // lines that arrived live while the count ran
+      this.counting = false;
       this.current = null;
       this.counter.textContent = "";
       this.previousButton.hidden = true;
@@ -62,14 +62,22 @@
     async count(generation) {
       if (!this.pane.searching()) return;
       let after = 0;
+      this.counting = true;
       for (;;) {
         const params = this.pane.filters();
         params.set("after", String(after));
         if (this.through !== null) params.set("through", String(this.through));
-        const result = await Console.fetchJSON(this.pane.root.dataset.matchesUrl + "?" + params.toString());
+        let result = null;
+        try {
+          result = await Console.fetchJSON(this.pane.root.dataset.matchesUrl + "?" + params.toString());
+        } catch (error) {
+          result = null;  // the connection was lost: no count is shown rather than a wrong one
+        }
         if (generation !== this.pane.generation) return;
-        if (!result.ok || !result.body) {
+        if (!result || !result.ok || !result.body) {
           this.counter.textContent = "";
+          this.counting = false;
+          this.arrivals = [];
           return;
         }
         this.counted += result.body.count;
@@ -87,7 +95,9 @@
     // A line the live stream brought: with a search on, every one is a match.
     arrived(seq) {
       if (!this.pane.searching()) return;
-      if (this.total === null) this.arrivals.push(seq);
+      if (this.total === null) {
+        if (this.counting) this.arrivals.push(seq);
+      }
       else if (seq > this.through) {
         this.total += 1;
         if (!this.current) this.showCount();
@@ -127,38 +137,17 @@
       }
     }
 
-    // Where the filter's text is in a line: case-blind as the database finds it, or by the pattern as
-    // the browser reads it (where JavaScript cannot read an RE2 pattern, nothing is marked).
+    // Where the filter's text is in a line, case-blind as the database finds it. A pattern's matches are not
+    // marked: the browser's regular expressions backtrack, and a pattern RE2 runs in linear time on the
+    // server could hold the tab for minutes here.
     spans(text) {
-      const query = this.pane.query();
       const spans = [];
-      if (!this.pane.regex.checked) {
-        const lower = text.toLowerCase(), needle = query.toLowerCase();
-        for (let at = lower.indexOf(needle); at !== -1; at = lower.indexOf(needle, at + needle.length)) {
-          spans.push([at, at + needle.length]);
-        }
-        return spans;
-      }
-      const expression = this.expression(query);
-      if (!expression) return spans;
-      for (const match of text.matchAll(expression)) {
-        if (match[0].length) spans.push([match.index, match.index + match[0].length]);
+      if (this.pane.regex.checked) return spans;
+      const lower = text.toLowerCase(), needle = this.pane.query().toLowerCase();
+      for (let at = lower.indexOf(needle); at !== -1; at = lower.indexOf(needle, at + needle.length)) {
+        spans.push([at, at + needle.length]);
       }
       return spans;
-    }
-
-    expression(query) {
-      if (!this.patterns.has(query)) {
-        const caseBlind = query.startsWith("(?i)");
-        let expression = null;
-        try {
-          expression = new RegExp(caseBlind ? query.slice(4) : query, caseBlind ? "gi" : "g");
-        } catch (error) {
-          expression = null;
-        }
-        this.patterns.set(query, expression);
-      }
-      return this.patterns.get(query);
     }
 
     // The line numbered `seq` among the lines around it, every line (no filter), the line itself marked.
@@ -166,7 +155,12 @@
       const params = new URLSearchParams();
       params.set("after", String(Math.max(seq - CONTEXT_LINES - 1, 0)));
       params.set("limit", String(2 * CONTEXT_LINES + 1));
-      const result = await Console.fetchJSON(this.pane.root.dataset.linesUrl + "?" + params.toString());
+      let result = null;
+      try {
+        result = await Console.fetchJSON(this.pane.root.dataset.linesUrl + "?" + params.toString());
+      } catch (error) {
+        return;  // the connection was lost: the box stays as it was
+      }
       if (!result.ok || !result.body) return;
       const rows = result.body.lines.map((line) => {
         const row = this.pane.renderLine(line);

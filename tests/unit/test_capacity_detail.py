@@ -59,5 +59,7 @@ def test_a_holder_without_an_auto_stop_makes_the_start_unknown_and_free_nodes_ma
 def test_the_jobs_ahead_are_said_in_words():
     now = timezone.now()
     assert waiting_words(now - timedelta(seconds=1), 2, now) == "enough nodes are free; 2 job(s) ahead of it go first"
+    assert waiting_words(now, 0, now, free_slots=0) == (
+        "its nodes are free; it waits for a run slot (every worker thread runs a job)")
     later = waiting_words(now + timedelta(hours=1), 1, now)
     assert later.startswith("its nodes are sure to be free by about") and later.endswith("1 job(s) ahead of it go first.")

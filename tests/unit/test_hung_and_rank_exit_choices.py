@@ -96,6 +96,7 @@ def test_an_api_submission_keeps_the_choices_made_and_shows_a_grace_of_never_as_
 @pytest.mark.parametrize("field, value", [
     ("watchdog_action", "kill"), ("rank_exit_grace_seconds", "soon"), ("rank_exit_grace_seconds", -1),
     ("rank_exit_grace_seconds", 1.5), ("rank_exit_grace_seconds", True), ("rank_exit_grace_seconds", 10**9),
+    ("rank_exit_grace_seconds", "9" * 5000),
 ])
 def test_a_choice_the_console_does_not_know_is_refused_on_its_field(api, catalogue, field, value):
     response = api.post("/api/v1/training-jobs", job_body(**{field: value}), format="json")

@@ -101,3 +101,11 @@ def test_the_admin_is_titled_as_the_console_and_favicon_ico_is_its_icon(admin_cl
     assert "Training Console administration" in index and "Django administration" not in index
     answer = admin_client.get("/favicon.ico")
     assert answer.status_code == 301 and answer["Location"].endswith("favicon.svg")
+
+
+def test_metric_names_with_a_colon_or_a_double_underscore_order_the_list_too(pages, make_job):
+    make_job(name="low", final_metrics={"eval:loss": 0.1, "a__b": 2.0})
+    make_job(name="high", final_metrics={"eval:loss": 0.9, "a__b": 1.0})
+    assert names_in_order(pages, "sort=metric:eval:loss") == ["low", "high"]
+    assert names_in_order(pages, "sort=metric:a__b") == ["high", "low"]
+    assert "cannot be ordered" not in pages.get("/?sort=-metric:eval:loss").content.decode()

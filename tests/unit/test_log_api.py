@@ -246,8 +246,9 @@ def test_a_pattern_the_search_cannot_run_or_an_unknown_level_is_named_not_served
         assert answer.status_code == 400 and "RE2" in answer.json()["q"][0]
     answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/lines", {"level": "debug", "tail": "1"})
     assert answer.status_code == 400 and list(answer.json()) == ["level"]
-    answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/matches", {"through": "-3"})
-    assert answer.status_code == 400 and list(answer.json()) == ["through"]
+    for through in ("-3", "²", "9" * 5000):
+        answer = api.get(f"/api/v1/training-jobs/{job.pk}/log/matches", {"through": through})
+        assert answer.status_code == 400 and list(answer.json()) == ["through"]
 
 
 def test_the_tail_of_a_search_holds_only_matching_lines_by_pattern_and_level(api, job):

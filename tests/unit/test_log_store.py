@@ -311,3 +311,20 @@ def test_a_pattern_with_a_back_reference_is_refused_where_it_was_typed():
     assert "RE2" in form.errors["q"][0] and "back-references" in form.errors["q"][0]
     assert LogQueryForm({"q": "(a)\\1"}).is_valid()  # as plain text it is only a text to look for
     assert LogQueryForm({"q": "(a)\\1", "regex": "0"}).is_valid()
+
+
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=queries, limit=st.integers(1, 12), window=st.integers(1, 40), batch=st.integers(1, 20))
+def test_a_search_read_back_in_pages_reaches_the_start_with_each_matching_line_once(
+        mixed_job, query, limit, window, batch, monkeypatch):
+    monkeypatch.setattr("jobs.logs.search.SEARCH_BATCH_LINES", batch)
+    expected = [line.seq for line in mixed_job.log_lines.order_by("seq") if reference_filter(line, query)]
+    pages, before = [], len(MIXED_LOG) + 1
+    for _ in range(500):
+        page = search_before(mixed_job.pk, before, query, limit, total=len(MIXED_LOG), window=window)
+        assert len(page.lines) <= limit and all(line.seq < before for line in page.lines)
+        pages.insert(0, [line.seq for line in page.lines])
+        if page.previous is None:
+            break
+        before = page.previous
+    assert [seq for page in pages for seq in page] == expected

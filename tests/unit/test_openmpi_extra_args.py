@@ -83,13 +83,19 @@ def test_an_owner_naming_an_interface_the_nodes_do_not_have_is_told_which_and_wh
     assert not TrainingJob.objects.exists()
 
 
-@pytest.mark.parametrize("extra_args", ["-mca oob_tcp_if_exclude lo,bogus1", "--mca btl_tcp_if_exclude bogus1",
+@pytest.mark.parametrize("extra_args", ["-mca oob_tcp_if_include lo,bogus1", "--mca btl_tcp_if_include bogus1",
                                         "--report-bindings -mca oob_tcp_if_include eth0,bogus1"])
 def test_every_spelling_and_list_of_the_interface_parameters_is_checked(submit, nodes_with_facts, extra_args):
     response = submit(extra_args=extra_args)
 
     assert response.status_code == 400
     assert "bogus1 is not a network interface" in response.json()["extra_args"][0]
+
+
+def test_an_exclude_list_may_name_interfaces_the_nodes_lack_as_open_mpis_defaults_do(submit, nodes_with_facts):
+    response = submit(extra_args="--mca btl_tcp_if_exclude lo,docker0 -mca oob_tcp_if_exclude docker0")
+
+    assert response.status_code == 201, response.content
 
 
 def test_an_interface_only_some_of_the_nodes_have_is_refused(submit, nodes_with_facts):
