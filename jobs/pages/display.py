@@ -102,6 +102,19 @@ PREPARATION_STEPS: dict[str, dict[str, object]] = {
     WorkerState.UNCLEAN: {"percent": 100, "tone": "warning"},
 }
 
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def shape(words: str) -> tuple[re.Pattern[str], str]:
+    """A message's English words with %(name)s placeholders, and the pattern that reads the values back out of
+    a message written with them: the words are the one source of both (the pattern is not written twice)."""
+    pieces = PLACEHOLDER.split(words)
+    # split() alternates literal text and placeholder names; each value is the shortest text that lets the rest
+    # of the message match, so a message is read the same way whatever its values hold.
+    pattern = "".join(re.escape(piece) if index % 2 == 0 else f"(?P<{piece}>.+?)" for index, piece in enumerate(pieces))
+    return re.compile(pattern + r"\Z", re.S), words
+
+
 # The console's own messages (kept in English in the database: the timeline, a job's state message), said in
 # the page's language. A message not listed here is shown as it was written.
 FIXED_MESSAGES = {text: text for text in (
@@ -117,47 +130,31 @@ FIXED_MESSAGES = {text: text for text in (
     gettext_noop("Stopped before its containers were started"),
 )}
 PATTERN_MESSAGES = (
-    (re.compile(r"^Training end with return code: (?P<code>-?\d+)$"), gettext_noop("Training end with return code: %(code)s")),
-    (re.compile(r"^Stop requested by (?P<user>.+)$"), gettext_noop("Stop requested by %(user)s")),
-    (re.compile(r"^Restarting \(attempt (?P<attempt>\d+) of (?P<of>\d+)\): (?P<reason>.*)$", re.S),
-     gettext_noop("Restarting (attempt %(attempt)s of %(of)s): %(reason)s")),
-    (re.compile(r"^Suspected hung: rank\(s\) (?P<ranks>[\d, ]+) printed nothing for more than (?P<seconds>\d+) s$"),
-     gettext_noop("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s")),
-    (re.compile(r"^No longer suspected hung: rank\(s\) (?P<ranks>[\d, ]+) ended$"),
-     gettext_noop("No longer suspected hung: rank(s) %(ranks)s ended")),
-    (re.compile(r"^Attempt (?P<failed>\d+) failed \((?P<reason>.*)\); attempt (?P<next>\d+) queued$", re.S),
-     gettext_noop("Attempt %(failed)s failed (%(reason)s); attempt %(next)s queued")),
-    (re.compile(r"^Force released by (?P<by>[^;]+); nodes freed for a health check: (?P<nodes>.*)$"),
-     gettext_noop("Force released by %(by)s; nodes freed for a health check: %(nodes)s")),
-    (re.compile(r"^Force released by (?P<by>.+)$"), gettext_noop("Force released by %(by)s")),
+    shape(gettext_noop("Training end with return code: %(code)s")),
+    shape(gettext_noop("Stop requested by %(user)s")),
+    shape(gettext_noop("Restarting (attempt %(attempt)s of %(of)s): %(reason)s")),
+    shape(gettext_noop("Suspected hung: rank(s) %(ranks)s printed nothing for more than %(seconds)s s")),
+    shape(gettext_noop("No longer suspected hung: rank(s) %(ranks)s ended")),
+    shape(gettext_noop("Attempt %(failed)s failed (%(reason)s); attempt %(next)s queued")),
+    shape(gettext_noop("Force released by %(by)s; nodes freed for a health check: %(nodes)s")),
+    shape(gettext_noop("Force released by %(by)s")),
     # A worker's preparation (jobs/runtime/preparation.py), in its row and in the timeline.
-    (re.compile(r"^preparing (?P<worker>worker-\d+) on (?P<node>.+)$"), gettext_noop("preparing %(worker)s on %(node)s")),
-    (re.compile(r"^uploading code to (?P<worker>worker-\d+)$"), gettext_noop("uploading code to %(worker)s")),
-    (re.compile(r"^(?P<worker>worker-\d+) container (?P<container>\S+) \((?P<host>[^)]+)\) is up, sshd on port (?P<port>\d+)$"),
-     gettext_noop("%(worker)s container %(container)s (%(host)s) is up, sshd on port %(port)s")),
+    shape(gettext_noop("preparing %(worker)s on %(node)s")),
+    shape(gettext_noop("uploading code to %(worker)s")),
+    shape(gettext_noop("%(worker)s container %(container)s (%(host)s) is up, sshd on port %(port)s")),
     # Its data fetched before the start (jobs/runtime/data_in.py), its engine image brought (node_images.py), its
     # container removed at the end (run.py).
-    (re.compile(r"^(?P<what>\w+): fetching (?P<files>\d+) files, (?P<size>[^,]+), onto (?P<node>.+)$"),
-     gettext_noop("%(what)s: fetching %(files)s files, %(size)s, onto %(node)s")),
-    (re.compile(r"^(?P<what>\w+): (?P<done>\d+)/(?P<files>\d+) files, (?P<size>.+?) of (?P<total>.+?), (?P<rate>[^,]+)/s$"),
-     gettext_noop("%(what)s: %(done)s/%(files)s files, %(size)s of %(total)s, %(rate)s/s")),
-    (re.compile(r"^(?P<what>\w+) ready: (?P<files>\d+) files, (?P<size>.+?) in (?P<seconds>[\d.]+) s; (?P<fetched>.+?) fetched "
-                r"from the store, (?P<cached>.+?) from the node's cache$"),
-     gettext_noop("%(what)s ready: %(files)s files, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
+    shape(gettext_noop("%(what)s: fetching %(files)s files, %(size)s, onto %(node)s")),
+    shape(gettext_noop("%(what)s: %(done)s/%(files)s files, %(size)s of %(total)s, %(rate)s/s")),
+    shape(gettext_noop("%(what)s ready: %(files)s files, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
                   "%(cached)s from the node's cache")),
-    (re.compile(r"^(?P<node>\S+) has no (?P<image>\S+): pulling it$"), gettext_noop("%(node)s has no %(image)s: pulling it")),
-    (re.compile(r"^(?P<node>\S+) has no (?P<image>\S+): copying it from the console \((?P<size>[\d,]+) MiB\)$"),
-     gettext_noop("%(node)s has no %(image)s: copying it from the console (%(size)s MiB)")),
-    (re.compile(r"^(?P<node>\S+): (?P<done>[\d,]+) of (?P<size>[\d,]+) MiB of (?P<image>\S+) copied \((?P<rate>[\d,]+) MiB/s\)$"),
-     gettext_noop("%(node)s: %(done)s of %(size)s MiB of %(image)s copied (%(rate)s MiB/s)")),
-    (re.compile(r"^(?P<node>\S+): loading (?P<image>\S+) \(copied in (?P<seconds>\d+) s\)$"),
-     gettext_noop("%(node)s: loading %(image)s (copied in %(seconds)s s)")),
-    (re.compile(r"^(?P<worker>worker-\d+): container removed, no process left$"),
-     gettext_noop("%(worker)s: container removed, no process left")),
-    (re.compile(r"^(?P<worker>worker-\d+): container removed after its failed preparation$"),
-     gettext_noop("%(worker)s: container removed after its failed preparation")),
-    (re.compile(r"^(?P<worker>worker-\d+): (?P<count>\d+) process\(es\) could not be ended$"),
-     gettext_noop("%(worker)s: %(count)s process(es) could not be ended")),
+    shape(gettext_noop("%(node)s has no %(image)s: pulling it")),
+    shape(gettext_noop("%(node)s has no %(image)s: copying it from the console (%(size)s MiB)")),
+    shape(gettext_noop("%(node)s: %(done)s of %(size)s MiB of %(image)s copied (%(rate)s MiB/s)")),
+    shape(gettext_noop("%(node)s: loading %(image)s (copied in %(seconds)s s)")),
+    shape(gettext_noop("%(worker)s: container removed, no process left")),
+    shape(gettext_noop("%(worker)s: container removed after its failed preparation")),
+    shape(gettext_noop("%(worker)s: %(count)s process(es) could not be ended")),
 )
 # A step of a worker's preparation that failed: the runtime's NodeError, "NODE: STEP failed: REASON" (the reason
 # is the node's or a library's own words, shown as they are).
@@ -178,13 +175,13 @@ FIXED_STEPS = {text: text for text in (
     gettext_noop("upload"),
 )}
 PATTERN_STEPS = (
-    (re.compile(r"^fetching the (?P<what>\w+)$"), gettext_noop("fetching the %(what)s")),
-    (re.compile(r"^pulling (?P<image>\S+)$"), gettext_noop("pulling %(image)s")),
-    (re.compile(r"^copying (?P<image>\S+)$"), gettext_noop("copying %(image)s")),
-    (re.compile(r"^loading (?P<image>\S+)$"), gettext_noop("loading %(image)s")),
-    (re.compile(r"^SSH to (?P<address>\S+)$"), gettext_noop("SSH to %(address)s")),
-    (re.compile(r"^making (?P<path>/\S*)$"), gettext_noop("making %(path)s")),
-    (re.compile(r"^listing (?P<name>\S+)$"), gettext_noop("listing %(name)s")),
+    shape(gettext_noop("fetching the %(what)s")),
+    shape(gettext_noop("pulling %(image)s")),
+    shape(gettext_noop("copying %(image)s")),
+    shape(gettext_noop("loading %(image)s")),
+    shape(gettext_noop("SSH to %(address)s")),
+    shape(gettext_noop("making %(path)s")),
+    shape(gettext_noop("listing %(name)s")),
 )
 # What the data's messages call what they bring (a Staging's `what`).
 STAGED_WHAT = {text: text for text in (gettext_noop("input"), gettext_noop("checkpoint"))}
@@ -194,7 +191,7 @@ def _by_shape(text: str, fixed: dict[str, str], patterns: tuple[tuple[re.Pattern
     if text in fixed:
         return _(text)
     for pattern, words in patterns:
-        match = pattern.match(text)
+        match = pattern.match(text)  # from the start; the pattern's \Z holds it to the end
         if match:
             values = match.groupdict()
             if "what" in values:
