@@ -437,6 +437,10 @@ class LauncherDefaults(models.Model):
         default=600, validators=[MaxValueValidator(86400)],
         help_text=_("The longest notice a job may ask for before a stop: seconds its ranks get to save a checkpoint."),
     )
+    debug_hold_max_minutes = models.PositiveIntegerField(
+        default=60, validators=[MaxValueValidator(24 * 60)],
+        help_text=_("The longest a failed job may keep its containers and nodes for a look inside (minutes)."),
+    )
     job_allowed_destinations = models.TextField(
         blank=True,
         help_text=_("Where a job's containers may connect beyond the job's own workers, one destination a line: "
@@ -683,6 +687,13 @@ class TrainingJob(models.Model):
                                          choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS])
     # A Rebuild that resumes: the job whose newest checkpoint this one starts from (its own come first once made).
     resume_source = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # Rebuild: the job this one was rebuilt from (its family is the chain of these), whether or not it resumes.
+    rebuilt_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                     related_name="rebuilds")
+    # After a failure, keep the containers and nodes this many minutes for a look inside (0: tear down at once);
+    # held_until is when such a hold ends, while it lasts.
+    debug_hold_minutes = models.PositiveIntegerField(default=0)
+    held_until = models.DateTimeField(null=True, blank=True, editable=False)
     # When this attempt's notice went out (a checkpoint saved after it says how long it took).
     notice_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
@@ -717,6 +728,11 @@ class TrainingJob(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATES
+
+    @property
+    def is_held_for_debugging(self) -> bool:
+        """A failed job whose containers and nodes are still kept for a look inside."""
+        return self.held_until is not None and self.held_until > timezone.now()
 
     @property
     def can_stop(self) -> bool:
@@ -1079,6 +1095,23 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of job {self.job_id}"
+
+
+class EvidenceBundle(models.Model):
+    """What was seen inside a job when it failed or its watchdog fired: each rank's last lines, the live ranks'
+    Python stacks, the masked environment, the command and the node facts (a typed JSON document)."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="evidence_bundles")
+    attempt = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=32)
+    taken_at = models.DateTimeField(default=timezone.now)
+    content = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["job", "taken_at", "id"]
+
+    def __str__(self) -> str:
+        return f"evidence of job {self.job_id} ({self.reason})"
 
 
 class JobOutputFile(models.Model):
