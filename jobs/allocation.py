@@ -13,7 +13,7 @@ with no limit never jumps the queue, and no job jumps a head whose start has no 
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from jobs.launch.platform_env import worker_hostname
 
+from .allocation_rule import QueueGate, holder_end, sure_free_by
+from .allocation_rule import ends_before as ends_before_moment
 from .models import IllegalTransition, JobStatus, Node, ResourcePool, TrainingJob, Worker
 
 
@@ -121,46 +123,41 @@ def dispatch_pending() -> list[int]:
     """
     started: list[int] = []
     slots = free_run_slots()
-    # Per (spec, pool) whose head could not be placed: the earliest the head can start (None: no bound).
-    blocked: dict[tuple[int, int | None], datetime | None] = {}
+    # The rule of jobs.allocation_rule, which the dry run of jobs.start_forecast applies too.
+    gate = QueueGate()
     queued = TrainingJob.objects.filter(status=JobStatus.PENDING).exclude(pool__backend=ResourcePool.Backend.SLURM)
     for job in queued.order_by("created_at", "id"):
         if len(started) >= slots:
             break
         key = (job.spec_id, job.pool_id)
-        if key in blocked and not ends_before(job, blocked[key]):
+        if not gate.may_try(key, job.auto_stop_hours, timezone.now()):
             continue
         outcome = allocate(job)
         if outcome is Outcome.ALLOCATED:
             started.append(job.pk)
-        elif outcome is Outcome.TOO_FEW_NODES and key not in blocked:
-            blocked[key] = earliest_start(job)
+        elif outcome is Outcome.TOO_FEW_NODES and not gate.is_blocked(key):
+            gate.block(key, earliest_start(job))
         # NOT_PENDING: another dispatcher placed it (or it was stopped); the next job may go.
     return started
 
 
 def ends_before(job: TrainingJob, moment: datetime | None) -> bool:
     """Whether the job, started now, is sure to be over (its auto stop) by `moment`."""
-    if moment is None or not job.auto_stop_hours:
-        return False
-    return timezone.now() + timedelta(hours=job.auto_stop_hours) <= moment
+    return ends_before_moment(timezone.now(), job.auto_stop_hours, moment)
 
 
 def earliest_start(job: TrainingJob) -> datetime | None:
     """The latest the nodes a waiting job needs are sure to be free, from the auto stops of their jobs; None without a bound."""
     usable = nodes_for(job).filter(enabled=True, draining=False, state=Node.State.READY)
     missing = job.node_count - usable.filter(allocated_to__isnull=True).count()
-    if missing <= 0:
-        return timezone.now()
     now = timezone.now()
-    ends = []
+    if missing <= 0:
+        return now
+    ends: list[datetime | None] = []
     for holder in TrainingJob.objects.filter(pk__in=usable.filter(allocated_to__isnull=False).values("allocated_to")):
-        if not holder.auto_stop_hours:
-            continue
-        end = (holder.started_at or now) + timedelta(hours=holder.auto_stop_hours)
+        end = holder_end(holder.started_at, holder.auto_stop_hours, now)
         ends.extend([end] * usable.filter(allocated_to=holder).count())
-    ends.sort()
-    return ends[missing - 1] if len(ends) >= missing else None
+    return sure_free_by(missing, ends, now)
 
 
 def runnable_nodes(spec, pool):

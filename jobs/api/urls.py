@@ -2,6 +2,7 @@ from django.urls import path
 
 from jobs.api.log_events import job_log_events
 from jobs.api.log_search import TrainingJobLogMatches
+from jobs.api.start_forecast import TrainingJobStartForecast
 
 from . import data, events, resources, results, views
 
@@ -26,6 +27,7 @@ urlpatterns = [
     path("training-jobs/<int:pk>/events", events.TrainingJobEvents.as_view(), name="api-job-events"),
     path("training-jobs/<int:pk>/resources", resources.JobResources.as_view(), name="api-job-resources"),
     path("training-jobs/<int:pk>/stop", views.TrainingJobStop.as_view(), name="api-job-stop"),
+    path("training-jobs/<int:pk>/start-forecast", TrainingJobStartForecast.as_view(), name="api-job-start-forecast"),
     # What a run left: each rank's end and the failure card, metrics, outputs.
     path("training-jobs/<int:pk>/outcome", results.JobOutcome.as_view(), name="api-job-outcome"),
     path("training-jobs/<int:pk>/metrics", results.JobMetrics.as_view(), name="api-job-metrics"),

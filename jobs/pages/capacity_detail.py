@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 
 from jobs.allocation import earliest_start, free_run_slots
 from jobs.models import JobStatus, Node, ResourcePool, TrainingJob
+from jobs.pages.waiting_forecast import ForecastJson, job_forecast, queue_state
 from jobs.submission.access import visible_jobs
 
 # The waiting jobs listed per queue (a spec in a pool: the head of each is what a reader asks about), out of
@@ -50,6 +51,8 @@ class WaitingRow:
     nodes: int
     # When it may start, in words: now, by a time (the auto stops of the jobs on its nodes), or unknown.
     when: str
+    # Why it waits and what would start it sooner (jobs.start_forecast).
+    forecast: ForecastJson | None = None
 
 
 def _ref(job: TrainingJob, visible_ids: set[int]) -> JobRef:
@@ -76,6 +79,7 @@ def pool_detail(user, pool: ResourcePool | None) -> dict[str, list]:
                          node.spec.name, _ref(node.allocated_to, visible_ids) if node.allocated_to else None)
                  for node in nodes]
     positions: dict[int, int] = {}
+    state = queue_state()
     waiting_rows = []
     for job in waiting:
         # Each spec has its own queue in a pool: the place counts the jobs of that spec ahead.
@@ -84,7 +88,7 @@ def pool_detail(user, pool: ResourcePool | None) -> dict[str, list]:
         # "Now" read after the start: a job whose nodes are free gets the time of that reading.
         when = waiting_words(start, positions[job.spec_id] - 1, timezone.now(), slots)
         waiting_rows.append(WaitingRow(positions[job.spec_id], _ref(job, visible_ids), job.spec.name, job.node_count,
-                                       when))
+                                       when, job_forecast(job, state)))
     return {"nodes": node_rows, "waiting": waiting_rows}
 
 

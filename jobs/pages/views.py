@@ -37,6 +37,7 @@ from jobs.pages.job_list import WITHIN_CHOICES, filtered_jobs, list_filters, sor
 from jobs.pages.log_download import timestamped_log_response
 from jobs.pages.paging import IdsFirst
 from jobs.pages.preview import preview
+from jobs.pages.waiting_forecast import job_forecast
 from jobs.results.outputs import outputs_root
 from jobs.submission.access import DELETE_OTHERS, ensure_may, visible_code_dirs, visible_jobs
 from jobs.submission.forms import MAX_ENV_VARS, PARAM_VALUE_MAX_CHARS, TrainingJobForm, page_data, with_kept_secrets
@@ -220,6 +221,7 @@ def _job_page_context(request, job) -> dict:
         "workers": job.workers.all(),
         "events": job.events.all(),
         "next_url": reverse("job-detail", args=[job.pk]),
+        "forecast": job_forecast(job),
     }
 
 
