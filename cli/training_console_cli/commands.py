@@ -72,6 +72,10 @@ def print_job(job: dict, as_json: bool) -> None:
             ("engine", engine), ("code", f"{job.get('code_dir')} / {job.get('boot_file')}"),
             ("spec", f"{job.get('spec')} x {job.get('node_count')} node(s)"), ("exit code", job.get("exit_code")),
             ("waiting", job.get("waiting_reason")), ("command", job.get("command"))]
+    forecast = job.get("start_forecast") or {}
+    if forecast.get("waiting"):
+        rows.append(("may start", forecast.get("estimate")))
+        rows.extend(("sooner", alternative["words"]) for alternative in forecast.get("alternatives") or [])
     checkpoints = job.get("checkpoints") or []
     if checkpoints:
         newest = checkpoints[0]
@@ -135,7 +139,11 @@ def cmd_ls(args) -> int:
 
 def cmd_show(args) -> int:
     client = client_of(args)
-    print_job(client.get(f"training-jobs/{job_id(client, args.job)}"), args.json)
+    job = client.get(f"training-jobs/{job_id(client, args.job)}")
+    if job.get("status") == "Pending":
+        # When it may start and what would start it sooner (the console's start forecast).
+        job["start_forecast"] = client.get(f"training-jobs/{job['id']}/start-forecast")
+    print_job(job, args.json)
     return 0
 
 

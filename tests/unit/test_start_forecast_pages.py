@@ -69,3 +69,15 @@ def test_a_job_that_does_not_wait_has_an_empty_forecast_and_a_stranger_gets_404(
     answer = api_client(stranger).get(f"/api/v1/training-jobs/{holder.pk}/start-forecast").json()
     assert answer["waiting"] is False and answer["alternatives"] == []
     assert api_client(stranger).get(f"/api/v1/training-jobs/{waiting.pk}/start-forecast").status_code == 404
+
+
+def test_tc_show_prints_when_a_waiting_job_may_start_and_what_would_start_it_sooner(scripted_queue, owner, capsys):
+    from training_console_cli.commands import print_job
+
+    _holder, waiting = scripted_queue
+    client = api_client(owner)
+    job = client.get(f"/api/v1/training-jobs/{waiting.pk}").json()
+    job["start_forecast"] = client.get(f"/api/v1/training-jobs/{waiting.pk}/start-forecast").json()
+    print_job(job, as_json=False)
+    shown = capsys.readouterr().out
+    assert " may start: by about " in shown and "    sooner: with 1 node it could start now" in shown
