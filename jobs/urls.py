@@ -1,5 +1,6 @@
 from django.urls import path
 
+from jobs.pages import compare_page as compare_views
 from jobs.pages import tokens as token_views
 from jobs.pages import views
 from jobs.pages import webhooks as webhook_views
@@ -10,6 +11,7 @@ urlpatterns = [
     path("jobs/bulk", views.job_bulk, name="job-bulk"),
     path("jobs/preview", views.job_preview, name="job-preview"),
     path("jobs/name-taken", views.job_name_taken, name="job-name-taken"),
+    path("jobs/compare", compare_views.job_compare, name="job-compare"),
     path("jobs/<int:pk>", views.job_detail, name="job-detail"),
     path("jobs/<int:pk>/live", views.job_live, name="job-live"),
     path("jobs/<int:pk>/log.txt", views.job_log_download, name="job-log-download"),

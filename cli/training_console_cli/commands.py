@@ -183,6 +183,13 @@ def cmd_stop(args) -> int:
     return report(job, args.json, f"Job {job['id']} ({job['name']}): {job['status']}")
 
 
+def cmd_compare(args) -> int:
+    from .compare import run_compare
+
+    client = client_of(args)
+    return run_compare(client, [job_id(client, given) for given in args.jobs], args.every_rank, args.json)
+
+
 def writable_fields(client: Client) -> set[str] | None:
     try:
         schema = client.get("/api/v1/schema", format="json")
@@ -194,12 +201,16 @@ def writable_fields(client: Client) -> set[str] | None:
 def cmd_rebuild(args) -> int:
     client = client_of(args)
     detail = client.get(f"training-jobs/{job_id(client, args.job)}")
-    body = submission_of(detail, writable_fields(client))
+    fields = writable_fields(client)
+    body = submission_of(detail, fields)
     if args.name:
         body["name"] = args.name
     # Start from the old job's newest checkpoint (MA_RESUME_FROM) when asked, else from scratch: the copy does
     # not carry over what the old job resumed from.
     body.pop("resume_from_job", None)
+    # The copy records where it came from (the console's family of a job), when the schema knows the field.
+    if "rebuilt_from" in body or "rebuilt_from" in (fields or ()):
+        body["rebuilt_from"] = detail["id"]
     if args.resume:
         body["resume_from_job"] = detail["id"]
     return submitted(client, client.submit(body), args)

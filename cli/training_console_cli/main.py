@@ -76,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
                                 ("nccl", commands.cmd_nccl, "what NCCL did in a job")):
         command(name, handler, text).add_argument("job", help="the job's id or name")
 
+    compare = command("compare", commands.cmd_compare, "2 to 10 jobs side by side: what differs, final metrics, "
+                      "durations")
+    compare.add_argument("jobs", nargs="+", metavar="job", help="a job's id or name")
+    compare.add_argument("--every-rank", action="store_true", help="with --json: every rank's series, not rank 0's")
+
     logs = command("logs", commands.cmd_logs, "print a job's log; --follow until it ends, exiting with its code")
     logs.add_argument("job", help="the job's id or name")
     logs.add_argument("--follow", "-f", action="store_true", help="follow live until the job ends")

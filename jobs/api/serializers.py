@@ -281,6 +281,10 @@ class TrainingJobSerializer(serializers.ModelSerializer):
     resume_from_job = serializers.IntegerField(source="resume_source_id", required=False, allow_null=True,
                                                min_value=1, max_value=2**63 - 1, help_text=("Start from the newest checkpoint of this job of yours (a "
                                                           "Rebuild that resumes): it gets MA_RESUME_FROM."))
+    rebuilt_from = serializers.IntegerField(source="rebuilt_from_id", required=False, allow_null=True, min_value=1,
+                                            max_value=2**63 - 1, help_text=(
+                                                "The job of yours this one is a Rebuild of (its family: the list's "
+                                                "?family=, and /training-jobs/compare); null for none."))
     rank_exit_grace_seconds = SecondsOrOffSerializerField(required=False, allow_null=True, help_text=(
         "How long the job may go on after one of its ranks ended not as 0 (or raised) while the others wait, "
         "before it fails: seconds (0: at once), \"off\" (never for this reason), or omitted or null: the "
@@ -296,7 +300,7 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
                   "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "watchdog_action",
                   "rank_exit_grace_seconds", "max_restarts", "predownload",
-                  "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "checkpoints", "attempts",
+                  "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "rebuilt_from", "checkpoints", "attempts",
                   "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]

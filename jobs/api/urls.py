@@ -4,7 +4,7 @@ from jobs.api.log_events import job_log_events
 from jobs.api.log_search import TrainingJobLogMatches
 from jobs.api.start_forecast import TrainingJobStartForecast
 
-from . import data, events, resources, results, views
+from . import compare, data, events, resources, results, views
 
 urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
@@ -16,6 +16,7 @@ urlpatterns = [
     path("data/upload-links", data.DataUploadLinks.as_view(), name="api-data-upload-links"),
     path("data/download-link", data.DataDownloadLink.as_view(), name="api-data-download-link"),
     path("training-jobs", views.TrainingJobList.as_view(), name="api-jobs"),
+    path("training-jobs/compare", compare.JobComparison.as_view(), name="api-jobs-compare"),
     path("training-jobs/<int:pk>", views.TrainingJobDetail.as_view(), name="api-job"),
     path("training-jobs/<int:pk>/log", views.job_log, name="api-job-log"),
     path("training-jobs/<int:pk>/log/events", job_log_events, name="api-job-log-events"),

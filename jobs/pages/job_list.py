@@ -30,6 +30,8 @@ SORT_COLUMNS = {
 }
 DEFAULT_SORT = "-created"
 # A metric's name as its definition allows it (colons included).
+# A family is walked at most this many generations up and down (a chain of Rebuilds of Rebuilds).
+FAMILY_GENERATIONS = 50
 METRIC_SORT = re.compile(r"-?metric:(" + METRIC_NAME_RE.pattern.removeprefix("^").removesuffix("$") + ")")
 
 
@@ -39,6 +41,8 @@ class JobListForm(forms.Form):
     within = forms.ChoiceField(choices=WITHIN_CHOICES, required=False)
     mine = forms.BooleanField(required=False)
     sort = forms.CharField(required=False, max_length=80)
+    # A job's family: the job it was first rebuilt from, and every Rebuild of it and of them.
+    family = forms.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
 
     def clean_state(self) -> str:
         state = self.cleaned_data["state"]
@@ -78,9 +82,29 @@ def filtered_jobs(jobs: QuerySet[TrainingJob], wanted: dict, user) -> QuerySet[T
             name__icontains=query)
     if wanted.get("mine"):
         jobs = jobs.filter(owner=user)
+    if wanted.get("family"):
+        jobs = jobs.filter(pk__in=family_ids(wanted["family"]))
     if wanted.get("within") in CREATED_WITHIN:
         jobs = jobs.filter(created_at__gte=timezone.now() - CREATED_WITHIN[wanted["within"]])
     return ordered(jobs, wanted["sort"])
+
+
+def family_ids(job_id: int) -> set[int]:
+    """The ids of a job's family: its root (the job its chain of Rebuilds started from) and all the root's
+    Rebuilds, of any generation. Which of them a reader sees is the list's visible_jobs as always."""
+    root = job_id
+    for _generation in range(FAMILY_GENERATIONS):
+        source = TrainingJob.objects.filter(pk=root).values_list("rebuilt_from_id", flat=True).first()
+        if not source or source == job_id:
+            break
+        root = source
+    family, generation = {root}, {root}
+    for _generation in range(FAMILY_GENERATIONS):
+        generation = set(TrainingJob.objects.filter(rebuilt_from_id__in=generation).values_list("pk", flat=True)) - family
+        if not generation:
+            break
+        family |= generation
+    return family
 
 
 def ordered(jobs: QuerySet[TrainingJob], sort: str) -> QuerySet[TrainingJob]:

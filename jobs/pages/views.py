@@ -74,6 +74,7 @@ def job_list(request):
         "query": (wanted.get("q") or "").strip(),
         "mine": bool(wanted.get("mine")),
         "within": wanted.get("within") or "",
+        "family": wanted.get("family"),
         "within_choices": WITHIN_CHOICES[1:],
         "sort": wanted["sort"],
         "sort_links": sort_links(wanted["sort"]),
@@ -161,6 +162,9 @@ def job_create(request):
     if request.method == "POST":
         data = page_data(request.POST)
         source = _rebuild_source(request)
+        if source:
+            # The copy records where it came from: the list shows its family, the compare page the two side by side.
+            data["rebuilt_from"] = source.pk
         form = TrainingJobForm(with_kept_secrets(data, source) if source else data, user=request.user)
         if form.is_valid():
             try:

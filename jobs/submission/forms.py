@@ -201,6 +201,8 @@ class TrainingJobForm(forms.Form):
     checkpoint_signal = forms.ChoiceField(choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS], required=False)
     # Rebuild's "resume from the last checkpoint": the job (the user's own) whose newest checkpoint this one starts from.
     resume_from_job = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+    # Rebuild: the job (the user's own) this one is a copy of, so the two are seen as one family.
+    rebuilt_from = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -491,6 +493,9 @@ class TrainingJobForm(forms.Form):
         if grace and grace > most:
             self.add_error("checkpoint_grace_seconds",
                            _("The administrator allows at most %(max)s s of notice before a stop.") % {"max": most})
+        rebuilt_from = cleaned.get("rebuilt_from")
+        if rebuilt_from and not TrainingJob.objects.filter(pk=rebuilt_from, owner_id=getattr(self.user, "pk", None)).exists():
+            self.add_error("rebuilt_from", _("Job %(id)s is not one of yours.") % {"id": rebuilt_from})
         source_id = cleaned.get("resume_from_job")
         if source_id:
             owner_id = getattr(self.user, "pk", None)

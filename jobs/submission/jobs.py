@@ -48,6 +48,7 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         checkpoint_grace_seconds=data.get("checkpoint_grace_seconds") or 0,
         checkpoint_signal=data.get("checkpoint_signal") or DEFAULT_NOTICE_SIGNAL,
         resume_source_id=data.get("resume_from_job") or None,
+        rebuilt_from_id=data.get("rebuilt_from") or None,
         # Only what the user chose: no metrics means the defaults, no watchdog time or action the administrator's,
         # no rank-exit grace the setting's, each read when it is used, so a Rebuild copies the choices and the copy
         # follows the defaults of its own day.

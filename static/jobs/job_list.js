@@ -17,6 +17,8 @@
   function update() {
     ticked = new Set(boxes().filter((box) => box.checked).map((box) => box.value));
     bulk.querySelectorAll("[data-bulk]").forEach((button) => { button.disabled = ticked.size === 0; });
+    // Comparing takes 2 to 10 jobs.
+    bulk.querySelectorAll("[data-compare]").forEach((button) => { button.disabled = ticked.size < 2 || ticked.size > 10; });
     const count = bulk.querySelector("[data-selected-count]");
     count.textContent = ticked.size ? Console.fillTemplate(count.dataset.template, { count: ticked.size }) : "";
     all.checked = ticked.size > 0 && ticked.size === boxes().length;
@@ -25,6 +27,11 @@
   table.addEventListener("change", (event) => {
     if (event.target === all) boxes().forEach((box) => { box.checked = all.checked; });
     update();
+  });
+  bulk.querySelectorAll("[data-compare]").forEach((button) => {
+    button.addEventListener("click", () => {
+      window.location.href = button.dataset.compare + "?ids=" + Array.from(ticked).join(",");
+    });
   });
   document.addEventListener("htmx:afterSwap", () => {
     boxes().forEach((box) => { box.checked = ticked.has(box.value); });

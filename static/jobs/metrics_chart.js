@@ -10,12 +10,7 @@
   const HEIGHT = 220;
   const COLOURS = ["#1f5fd1", "#c62828", "#1b7f3b", "#b26a00", "#6a3fb5", "#0b6aa2", "#8a5a00", "#444"];
 
-  function formatNumber(value) {
-    if (value === null || value === undefined) return "–";
-    if (value === 0) return "0";
-    const size = Math.abs(value);
-    return size >= 1e5 || size < 1e-3 ? value.toExponential(3) : String(Number(value.toPrecision(6)));
-  }
+  const formatNumber = Console.formatNumber;
 
   // "val_loss" reads "Val loss"; the name as the job defines it stays beside it.
   function readable(name) {

@@ -7,6 +7,14 @@
     return meta ? meta.content : "";
   }
 
+  // A chart's number: six significant digits, or an exponent for the very large and the very small.
+  function formatNumber(value) {
+    if (value === null || value === undefined) return "–";
+    if (value === 0) return "0";
+    const size = Math.abs(value);
+    return size >= 1e5 || size < 1e-3 ? value.toExponential(3) : String(Number(value.toPrecision(6)));
+  }
+
   async function fetchJSON(url, options) {
     const settings = Object.assign({ credentials: "same-origin", headers: {} }, options || {});
     settings.headers = Object.assign({ Accept: "application/json" }, settings.headers);
@@ -129,5 +137,5 @@
     }
   });
 
-  window.Console = { csrfToken, fetchJSON, formatDuration, formatTime, formatTimes, jobStates, setBadge, showActionsFor, fillTemplate };
+  window.Console = { csrfToken, fetchJSON, formatNumber, formatDuration, formatTime, formatTimes, jobStates, setBadge, showActionsFor, fillTemplate };
 })();

@@ -20,9 +20,9 @@ API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/lo
 PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 # Where the console's own account pages and lists are refused to a visitor (login first).
 VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines", "/api/v1/data",
-                      "/api/v1/data/upload-links", "/api/v1/data/download-link"]
+                      "/api/v1/data/upload-links", "/api/v1/data/download-link", "/api/v1/training-jobs/compare?ids=1,2"]
 VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/jobs/name-taken", "/capacity", "/tokens",
-                         "/webhook", "/webhook/rotate"]
+                         "/webhook", "/webhook/rotate", "/jobs/compare?ids=1,2"]
 
 # Every URL the console serves, by name, and the test of this module that covers it: a route added without
 # a place here fails test_every_route_of_the_console_is_in_the_matrix.
@@ -41,6 +41,7 @@ ROUTE_COVERAGE = {
     # Signed in, each user reaches their own bucket only (tests/unit/test_object_storage.py, and
     # tests/integration/test_object_storage.py against a real store).
     **{name: "visitor refused" for name in ("api-data", "api-data-upload-links", "api-data-download-link")},
+    **{name: "comparison of jobs" for name in ("job-compare", "api-jobs-compare")},
     "api-code-dir": "private code directory",
     "token-revoke": "another's token",
     # Public on purpose: the schema and its docs describe the API and hold no one's data; signing in and
@@ -113,6 +114,19 @@ def test_nobody_but_the_owner_stops_or_deletes_a_job_from_the_pages_or_the_api(c
         token = ApiToken.issue(people[persona], "matrix")[1]
         assert client.post(f"/api/v1/training-jobs/{job.pk}/stop", HTTP_AUTHORIZATION=f"Token {token}").status_code == 404
     assert TrainingJob.objects.get(pk=job.pk).status == job.status
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_the_owner_compares_a_job_on_the_page_or_in_the_api(client, finished_job, make_job, owner, people, persona):
+    other = make_job(owner=owner, name="owners-other", status=JobStatus.COMPLETED)
+    query = f"?ids={finished_job.pk},{other.pk}"
+    if people[persona]:
+        client.force_login(people[persona])
+    page = client.get(f"/jobs/compare{query}")
+    expected = {"owner": 200, "anonymous": 401}.get(persona, 404)
+    assert api_get(people[persona], f"/api/v1/training-jobs/compare{query}") == expected
+    assert page.status_code == (302 if persona == "anonymous" else expected)
+    assert ("owners-job" in page.content.decode()) == (persona == "owner")
 
 
 def test_a_visitor_is_refused_the_lists_and_the_submission(client):
