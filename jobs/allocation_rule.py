@@ -97,10 +97,10 @@ class Request:
 
 
 def dry_dispatch(queue: Sequence[Request], nodes: Sequence[NodeFact], holder_ends: dict[int, datetime | None],
-                 now: datetime, free_slots: int) -> dict[int, list[str]]:
+                 now: datetime, free_slots: int, until: int | None = None) -> dict[int, list[str]]:
     """What one dispatch (jobs.allocation.dispatch_pending) would do now, in memory: the jobs that would get
     nodes, each with its nodes' names. `queue` is in submission order; `holder_ends` maps each job on nodes to
-    its end (holder_end)."""
+    its end (holder_end). With `until`, it stops after that job: the later ones cannot change its fate."""
     holders = {node.name: node.holder_id for node in nodes}
     by_name = sorted(nodes, key=lambda node: node.name)
     ends = dict(holder_ends)
@@ -110,6 +110,8 @@ def dry_dispatch(queue: Sequence[Request], nodes: Sequence[NodeFact], holder_end
         if len(started) >= free_slots:
             break
         if not gate.may_try(request.key, request.auto_stop_hours, now):
+            if request.job_id == until:
+                break
             continue
         mine = [node for node in by_name if node.usable and serves(node, request.spec_id, request.pool_id)]
         free = [node.name for node in mine if holders[node.name] is None]
@@ -122,4 +124,6 @@ def dry_dispatch(queue: Sequence[Request], nodes: Sequence[NodeFact], holder_end
         elif not gate.is_blocked(request.key):
             held_ends = [ends.get(holder) for holder in (holders[node.name] for node in mine) if holder is not None]
             gate.block(request.key, sure_free_by(request.node_count - len(free), held_ends, now))
+        if request.job_id == until:
+            break
     return started

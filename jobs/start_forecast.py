@@ -71,7 +71,7 @@ class QueueState:
     now: datetime
 
     def starts(self, queue: Sequence[Request], job_id: int) -> bool:
-        return job_id in dry_dispatch(queue, self.nodes, self.holder_ends, self.now, self.free_slots)
+        return job_id in dry_dispatch(queue, self.nodes, self.holder_ends, self.now, self.free_slots, until=job_id)
 
 
 def sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime | None]:

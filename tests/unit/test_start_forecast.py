@@ -112,3 +112,6 @@ def test_every_proposed_alternative_applied_is_started_by_the_dispatch_rule(node
             assert entry.job_id in dry_dispatch(applied, nodes, ends, NOW, slots)
         assert result.latest is None or result.earliest is None or result.earliest <= result.latest
         assert not (result.starts_now and result.never)
+        # The forecast's dry run stops at the job: the jobs after it never change whether it starts.
+        whole = dry_dispatch(queue, nodes, ends, NOW, slots)
+        assert (entry.job_id in whole) == (entry.job_id in dry_dispatch(queue, nodes, ends, NOW, slots, until=entry.job_id))

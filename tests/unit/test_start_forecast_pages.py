@@ -7,10 +7,13 @@ import pytest
 from django.db import transaction
 from django.test import Client
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from jobs.allocation import dispatch_pending
+from jobs.allocation_rule import dry_dispatch
 from jobs.models import JobStatus, Node, ResourcePool, TrainingJob
-from jobs.pages.waiting_forecast import job_forecast
+from jobs.pages.waiting_forecast import job_forecast, queue_state
 from tests.fixtures import api_client, cpu_spec
 
 pytestmark = pytest.mark.django_db
@@ -81,3 +84,40 @@ def test_tc_show_prints_when_a_waiting_job_may_start_and_what_would_start_it_soo
     print_job(job, as_json=False)
     shown = capsys.readouterr().out
     assert " may start: by about " in shown and "    sooner: with 1 node it could start now" in shown
+
+
+# A small cluster in the database: nodes of one spec in no pool or one of two pools, some held by running jobs
+# with auto stops (or none), some disabled, draining or unhealthy; and a queue of waiting jobs.
+node_rows = st.lists(st.tuples(st.sampled_from([None, "a", "b"]), st.sampled_from([None, 0, 1]),
+                               st.sampled_from(["ok", "disabled", "draining", "unhealthy"])), max_size=6)
+holder_rows = st.lists(st.tuples(st.one_of(st.none(), st.integers(1, 5)), st.integers(0, 4)), min_size=2, max_size=2)
+queue_rows = st.lists(st.tuples(st.integers(1, 3), st.sampled_from([None, "a", "b"]),
+                                st.one_of(st.none(), st.integers(1, 6))), min_size=1, max_size=5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nodes=node_rows, holders=holder_rows, queue=queue_rows)
+def test_the_dry_run_on_the_databases_queue_is_what_the_real_dispatcher_does(make_job, stranger, nodes, holders,
+                                                                             queue):
+    with transaction.atomic():
+        spec = cpu_spec()
+        pools = {None: None, "a": ResourcePool.objects.create(name="pa"),
+                 "b": ResourcePool.objects.create(name="pb", kind=ResourcePool.Kind.DEDICATED)}
+        now = timezone.now()
+        running = [make_job(owner=stranger, spec=spec, node_count=1, status=JobStatus.RUNNING, auto_stop_hours=hours,
+                            started_at=now - timedelta(hours=ran, minutes=7)) for hours, ran in holders]
+        for index, (pool, holder, health) in enumerate(nodes):
+            Node.objects.create(name=f"d{index}", address=f"10.7.0.{index + 1}", spec=spec, pool=pools[pool],
+                                allocated_to=running[holder] if holder is not None else None,
+                                enabled=health != "disabled", draining=health == "draining",
+                                state=Node.State.NOT_READY if health == "unhealthy" else Node.State.READY)
+        for count, pool, hours in queue:
+            make_job(spec=spec, node_count=count, pool=pools[pool], auto_stop_hours=hours)
+        state = queue_state()
+        expected = dry_dispatch(state.queue, state.nodes, state.holder_ends, state.now, state.free_slots)
+        started = dispatch_pending()
+        assert set(started) == set(expected)
+        for job_id in started:
+            assert sorted(Node.objects.filter(allocated_to_id=job_id).values_list("name", flat=True)) == sorted(
+                expected[job_id])
+        transaction.set_rollback(True)
