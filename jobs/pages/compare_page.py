@@ -13,7 +13,7 @@ from jobs.pages.run_diff import CompareIdsError, compare_ids
 SECTION_WORDS = {
     "parameters": _("Parameter"), "environment": _("Environment"), "engine": _("Engine"),
     "resources": _("Resources"), "code": _("Code"), "command": _("Command"), "placement": _("Ran on"),
-    "nccl": _("NCCL"),
+    "nccl": "NCCL",
 }
 
 
