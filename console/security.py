@@ -51,6 +51,18 @@ def client_address(request) -> str:
     return request.META.get("REMOTE_ADDR") or "unknown"
 
 
+def policy_with_inline_styles(policy: str) -> str:
+    """The policy, letting the page apply inline styles: the terminal (xterm.js) draws its screen with style
+    elements and attributes it makes as it goes, which no nonce or hash can name (xtermjs/xterm.js#4445). Scripts
+    stay as strict; only the page that holds a terminal, for the job's owner, gets this."""
+    directives = [part.strip() for part in policy.split(";") if part.strip()]
+    for index, directive in enumerate(directives):
+        name, _, sources = directive.partition(" ")
+        if name.lower() == "style-src" and "'unsafe-inline'" not in sources.split():
+            directives[index] = f"{directive} 'unsafe-inline'"
+    return "; ".join(directives)
+
+
 class ContentSecurityPolicyMiddleware(MiddlewareMixin):
     def process_response(self, request, response):
         policy = settings.CONTENT_SECURITY_POLICY

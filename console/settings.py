@@ -299,9 +299,12 @@ CELERY_WORKER_DISABLE_PREFETCH = True
 # worker started without `-Q` serves both.
 # Each queue its own exchange and key: Celery binds a queue given without them to the default queue's,
 # and a message would then reach both.
-CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("control", "runs")]
+# Terminals in jobs' containers (jobs.runtime.shell) hold a thread each for as long as they are open: they have
+# a queue and a worker of their own, so an open terminal never takes a run's thread nor a control thread.
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in ("control", "runs", "shells")]
 CELERY_TASK_DEFAULT_QUEUE = "control"
-CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"}}
+CELERY_TASK_ROUTES = {"jobs.tasks.run_job": {"queue": "runs"}, "jobs.tasks.resume_job": {"queue": "runs"},
+                      "jobs.tasks.relay_shell": {"queue": "shells"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
 # Keep Django's logging (with each record's task id) in the worker instead of Celery's own format.
@@ -346,6 +349,11 @@ WORKER_THREADS = env_int("WORKER_THREADS", 16, minimum=2)
 # The threads of the worker process that serves the control queue (dispatch, stops, the reaper, node
 # checks, notifications: seconds each, never a run).
 CONTROL_THREADS = env_int("CONTROL_THREADS", 4, minimum=1)
+# Terminals in jobs' containers: how many may be open at once (the shells worker's threads), how many one user
+# may hold, and how long one may sit with nothing typed before it is closed.
+SHELL_THREADS = env_int("SHELL_THREADS", 8, minimum=1)
+SHELLS_PER_USER = env_int("SHELLS_PER_USER", 4, minimum=1)
+SHELL_IDLE_SECONDS = env_int("SHELL_IDLE_SECONDS", 1800, minimum=10)
 CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
 # How many jobs the console runs at once: the threads of all its worker processes (`make run` starts one).
 # A job past it stays queued with its nodes free, rather than holding nodes while its run waits for a

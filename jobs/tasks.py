@@ -19,7 +19,7 @@ from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
 from jobs.logs.progress import redis_connection
 from jobs.models import ConsoleProcess, Node, ResourcePool
-from jobs.runtime import image_prefetch, node_health, reaper, run, takeover
+from jobs.runtime import image_prefetch, node_health, reaper, run, shell, takeover
 from jobs.runtime.node_health import CheckResult
 
 logger = logging.getLogger(__name__)
@@ -145,6 +145,12 @@ def prefetch_images(self, node_ids: list[int] | None = None, version_ids: list[i
         image_prefetch.prefetch(node_ids, version_ids)
     finally:
         lock.release()
+
+
+@shared_task(ignore_result=True)
+def relay_shell(session_id: str) -> None:
+    """A terminal in a job's container, for as long as it is open (jobs.runtime.shell), on the shells queue."""
+    shell.relay_session(session_id)
 
 
 def wake_dispatcher() -> None:

@@ -95,27 +95,34 @@ def _error(status: int, detail, **headers) -> JsonResponse:
     return response
 
 
-@require_GET
-async def job_log_events(request, pk: int):
-    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream).
-
-    Bad tokens count against the client's address as in the rest of the API (a token already used from
-    the address goes on working through a lockout); each user holds at most LOG_STREAMS_PER_USER streams
-    open at once (the next is a 429).
-    """
+async def api_user(request):
+    """The user an async API view serves, or the API's refusal. Bad tokens count against the client's address
+    as in the rest of the API (a token already used from the address goes on working through a lockout)."""
     address, tried, token = client_address(request), presents_token(request), presented_token(request)
     if tried:
         wait = await sync_to_async(token_failures.seconds_refused)(address, token)
         if wait:
-            return _error(429, token_refusal_detail(wait), Retry_After=str(wait))
+            return None, _error(429, token_refusal_detail(wait), Retry_After=str(wait))
     user = await request_user(request)
     if user is None:
         if tried:
             await sync_to_async(token_failures.record)(address)
-            return _error(401, "Invalid token.", WWW_Authenticate="Token")
-        return _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
+            return None, _error(401, "Invalid token.", WWW_Authenticate="Token")
+        return None, _error(401, "Authentication credentials were not provided.", WWW_Authenticate="Token")
     if tried:
         await sync_to_async(token_failures.remember_success)(address, token)
+    return user, None
+
+
+@require_GET
+async def job_log_events(request, pk: int):
+    """GET /api/v1/training-jobs/<id>/log/events (or /log with Accept: text/event-stream).
+
+    Each user holds at most LOG_STREAMS_PER_USER streams open at once (the next is a 429).
+    """
+    user, refusal = await api_user(request)
+    if refusal is not None:
+        return refusal
     jobs = await sync_to_async(visible_jobs)(user)  # asks the database for the user's permissions
     job_id = await jobs.filter(pk=pk).values_list("pk", flat=True).afirst()
     if job_id is None:

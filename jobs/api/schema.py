@@ -166,6 +166,31 @@ def add_async_log_routes(result, generator, request, public):
             **_errors("400", "401", "403", "404", "405", "429", "503"),
         },
     }}
+    paths[f"{API_PREFIX}training-jobs/{{id}}/shells/{{session_id}}/output"] = {"get": {
+        "operationId": "training_jobs_shells_output",
+        "summary": "A terminal's output, live",
+        "description": "The job's owner, for a terminal they opened (POST /shells); anyone else gets a 404.",
+        "tags": ["training-jobs"],
+        "security": security,
+        "parameters": [_job_id_parameter(), {
+            "in": "path", "name": "session_id", "required": True, "schema": {"type": "string"},
+            "description": "The terminal's id, as POST /shells answered it."}, {
+            "in": "query", "name": "after", "required": False, "schema": {"type": "string"},
+            "description": "The id of the last event seen (Last-Event-ID wins over it); 0 for all that is kept."},
+            {**last_event_id, "description": "The id of the last event seen: the output resumes after it."}],
+        "responses": {"200": {
+            "description": ("Server-Sent Events: `output` ({text}: what the terminal printed, in order) and at last "
+                            "`end` ({reason}: why the terminal closed); comments keep a quiet stream open."),
+            "content": {"text/event-stream": {"schema": {
+                "type": "object", "description": "One event of the stream.",
+                "properties": {
+                    "event": {"type": "string", "enum": ["output", "end"], "description": "The event's kind."},
+                    "id": {"type": "string", "description": "The Last-Event-ID to resume after."},
+                    "data": {"type": "string", "description": "JSON: {text} or {reason}."},
+                },
+            }}},
+        }, **_errors("400", "401", "404", "405")},
+    }}
     return result
 
 

@@ -44,3 +44,8 @@ def prefetch_images_soon(node_ids: list[int] | None = None, version_ids: list[in
     """Bring engine images (these versions', or all) to nodes (these, or every enabled one) before a job needs
     them: minutes of copying, one prefetch at a time (jobs.tasks.prefetch_images)."""
     return _queue("jobs.tasks.prefetch_images", node_ids, version_ids)
+
+
+def open_shell(session_id: str) -> bool:
+    """The relay of a terminal in a job's container (jobs.tasks.relay_shell, on the shells queue)."""
+    return _queue("jobs.tasks.relay_shell", session_id)

@@ -85,6 +85,9 @@ class Command(BaseCommand):
             control = children.add("celery worker (control)", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker-control.log", concurrency=settings.CONTROL_THREADS,
                 preexec_fn=end_with_parent, queues="control", name="control"))
+            children.add("celery worker (shells)", lambda: services.start_celery_worker(
+                {}, logs / "celery-worker-shells.log", concurrency=settings.SHELL_THREADS,
+                preexec_fn=end_with_parent, queues="shells", name="shells"))
             beat = children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log",
                                                                                   end_with_parent))
             # Beat or a worker that hangs rather than exits is killed, then started again as if it had crashed.
