@@ -183,6 +183,13 @@ def cmd_stop(args) -> int:
     return report(job, args.json, f"Job {job['id']} ({job['name']}): {job['status']}")
 
 
+def cmd_shell(args) -> int:
+    from .shell import run_shell
+
+    client = client_of(args)
+    return run_shell(client, job_id(client, args.job), args.worker)
+
+
 def cmd_compare(args) -> int:
     from .compare import run_compare
 

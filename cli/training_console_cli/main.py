@@ -76,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
                                 ("nccl", commands.cmd_nccl, "what NCCL did in a job")):
         command(name, handler, text).add_argument("job", help="the job's id or name")
 
+    shell = command("shell", commands.cmd_shell, "a terminal in a worker's container of a running job (as the "
+                    "job's user); exit the shell to end it", reads=False)
+    shell.add_argument("job", help="the job's id or name")
+    shell.add_argument("--worker", type=non_negative, default=0, help="the worker's index (0)")
+
     compare = command("compare", commands.cmd_compare, "2 to 10 jobs side by side: what differs, final metrics, "
                       "durations")
     compare.add_argument("jobs", nargs="+", metavar="job", help="a job's id or name")

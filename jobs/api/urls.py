@@ -2,6 +2,7 @@ from django.urls import path
 
 from jobs.api.log_events import job_log_events
 from jobs.api.log_search import TrainingJobLogMatches
+from jobs.api.shells import TrainingJobShellInput, TrainingJobShells, job_shell_output
 from jobs.api.start_forecast import TrainingJobStartForecast
 
 from . import compare, data, events, resources, results, views
@@ -29,6 +30,11 @@ urlpatterns = [
     path("training-jobs/<int:pk>/resources", resources.JobResources.as_view(), name="api-job-resources"),
     path("training-jobs/<int:pk>/stop", views.TrainingJobStop.as_view(), name="api-job-stop"),
     path("training-jobs/<int:pk>/start-forecast", TrainingJobStartForecast.as_view(), name="api-job-start-forecast"),
+    # A terminal in a worker's container: open, type, read.
+    path("training-jobs/<int:pk>/shells", TrainingJobShells.as_view(), name="api-job-shells"),
+    path("training-jobs/<int:pk>/shells/<str:session_id>/input", TrainingJobShellInput.as_view(),
+         name="api-job-shell-input"),
+    path("training-jobs/<int:pk>/shells/<str:session_id>/output", job_shell_output, name="api-job-shell-output"),
     # What a run left: each rank's end and the failure card, metrics, outputs.
     path("training-jobs/<int:pk>/outcome", results.JobOutcome.as_view(), name="api-job-outcome"),
     path("training-jobs/<int:pk>/metrics", results.JobMetrics.as_view(), name="api-job-metrics"),

@@ -3,6 +3,7 @@
 import shutil
 from functools import partial
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from console.database_busy import DATABASE_UNAVAILABLE, busy, busy_message
+from console.security import policy_with_inline_styles
 from jobs.images.availability import images_being_prepared
 from jobs.launch.masking import mask_shell_text, masked
 from jobs.models import (
@@ -232,7 +234,11 @@ def _job_page_context(request, job) -> dict:
 @login_required
 def job_detail(request, pk):
     job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
-    return render(request, "jobs/job_detail.html", _job_page_context(request, job))
+    response = render(request, "jobs/job_detail.html", _job_page_context(request, job))
+    if job.owner_id == request.user.pk and settings.CONTENT_SECURITY_POLICY:
+        # The owner's page holds the job's terminal (see console.security.policy_with_inline_styles).
+        response["Content-Security-Policy"] = policy_with_inline_styles(settings.CONTENT_SECURITY_POLICY)
+    return response
 
 
 @login_required

@@ -10,6 +10,7 @@ from jobs.logs.store import LogRecord, store_lines
 from jobs.models import ApiToken, JobOutputFile, JobStatus, LogStream, TrainingJob
 from jobs.results.outputs import outputs_root
 from tests.unit.log_helpers import quiet_redis  # noqa: F401
+from tests.unit.test_shell_terminal import owners_terminal  # noqa: F401 - the fixture, found by name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_redis")]
 
@@ -35,6 +36,7 @@ ROUTE_COVERAGE = {
     "api-job-log-events": "job live stream",
     **{name: "job page" for name in ("job-detail", "job-live", "job-log-download", "job-rebuild")},
     **{name: "job action" for name in ("job-stop", "job-delete", "api-job-stop")},
+    **{name: "job terminal" for name in ("api-job-shells", "api-job-shell-input", "api-job-shell-output")},
     **{name: "visitor refused" for name in (
         "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
         "job-preview", "job-name-taken", "capacity", "token-list", "webhook", "webhook-action")},
@@ -114,6 +116,21 @@ def test_nobody_but_the_owner_stops_or_deletes_a_job_from_the_pages_or_the_api(c
         token = ApiToken.issue(people[persona], "matrix")[1]
         assert client.post(f"/api/v1/training-jobs/{job.pk}/stop", HTTP_AUTHORIZATION=f"Token {token}").status_code == 404
     assert TrainingJob.objects.get(pk=job.pk).status == job.status
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_the_owner_opens_types_into_or_reads_a_jobs_terminal(client, owners_terminal, people,  # noqa: F811
+                                                                   persona):
+    user, job = people[persona], owners_terminal["job"]
+    headers = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(user, 'matrix')[1]}"} if user else {}
+    base = f"/api/v1/training-jobs/{job.pk}/shells"
+    opened = client.post(base, {"worker": 0}, content_type="application/json", **headers)
+    typed = client.post(f"{base}/s1/input", {"text": "ls\r"}, content_type="application/json", **headers)
+    read = api_get(user, f"{base}/s1/output")
+    expected = {"owner": (201, 204, 200), "anonymous": (401, 401, 401)}.get(persona, (404, 404, 404))
+    assert (opened.status_code, typed.status_code, read) == expected
+    assert owners_terminal["typed"] == (["ls\r"] if persona == "owner" else [])
+    assert owners_terminal["queued"] == (["s1"] if persona == "owner" else [])
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
