@@ -354,6 +354,8 @@ CONTROL_THREADS = env_int("CONTROL_THREADS", 4, minimum=1)
 SHELL_THREADS = env_int("SHELL_THREADS", 8, minimum=1)
 SHELLS_PER_USER = env_int("SHELLS_PER_USER", 4, minimum=1)
 SHELL_IDLE_SECONDS = env_int("SHELL_IDLE_SECONDS", 1800, minimum=10)
+# A terminal no shells worker took within this long is said to have none (its page stops waiting).
+SHELL_START_SECONDS = env_int("SHELL_START_SECONDS", 30, minimum=1)
 CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
 # How many jobs the console runs at once: the threads of all its worker processes (`make run` starts one).
 # A job past it stays queued with its nodes free, rather than holding nodes while its run waits for a

@@ -167,6 +167,11 @@ def request_close(session_id: str) -> None:
 
 # The relay's side (in its own event loop).
 
+async def mark_started(session_id: str) -> None:
+    """The relay took the session: a reader that sees no such mark for a while says no worker took it."""
+    await async_client().set(_key(session_id, "started"), "1", ex=KEYS_LIFETIME_SECONDS)
+
+
 async def next_input(session_id: str, wait_seconds: float) -> InputMessage | None:
     popped = await async_client().blpop([_key(session_id, "in")], timeout=wait_seconds)
     if popped is None:
@@ -204,6 +209,10 @@ async def read_output(session_id: str, after: str, wait_seconds: float) -> list[
             kind: Literal["output", "end"] = "end" if fields.get("kind") == "end" else "output"
             entries.append({"id": entry_id, "kind": kind, "text": fields.get("text", "")})
     return entries
+
+
+async def was_started(session_id: str) -> bool:
+    return bool(await async_client().exists(_key(session_id, "started")))
 
 
 def valid_stream_id(text: str) -> bool:

@@ -10,9 +10,11 @@ Only the job's owner, and a session only by the user who opened it (anyone else:
 """
 
 import json
+import time
 
 import redis
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
@@ -119,11 +121,18 @@ class TrainingJobShellInput(APIView):
 def output_events(session_id: str, after: str):
     async def stream():
         cursor = after
+        opened = time.monotonic()
         while True:
             try:
                 entries = await shell_channel.read_output(session_id, cursor, KEEPALIVE_SECONDS)
+                unclaimed = (not entries and time.monotonic() - opened > settings.SHELL_START_SECONDS
+                             and not await shell_channel.was_started(session_id))
             except redis.RedisError:
                 yield "event: end\ndata: " + json.dumps({"reason": "the console lost its message broker"}) + "\n\n"
+                return
+            if unclaimed:
+                reason = "no worker of the console took the terminal (is the shells worker running?)"
+                yield "event: end\ndata: " + json.dumps({"reason": reason}) + "\n\n"
                 return
             if not entries:
                 yield ": still open\n\n"

@@ -95,6 +95,7 @@ class ShellRelay:
             self.ended = reason
 
     async def run(self) -> str:
+        await shell_channel.mark_started(self.session.id)
         target = await sync_to_async(shell_target)(self.session)
         if isinstance(target, str):
             await shell_channel.write_end(self.session.id, target)

@@ -165,3 +165,28 @@ def test_the_owners_job_page_lets_the_terminal_style_itself_and_a_viewers_page_s
     page = client.get(f"/jobs/{job.pk}")
     assert "'unsafe-inline'" not in page["Content-Security-Policy"]
     assert b"data-terminal" not in page.content
+
+
+def test_a_terminal_no_worker_takes_ends_with_words_saying_so(owners_terminal, owner, monkeypatch, settings):
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    settings.SHELL_START_SECONDS = 0
+
+    async def nothing_yet(session_id, after, wait_seconds):
+        return []
+
+    async def never_started(session_id):
+        return False
+
+    monkeypatch.setattr(shell_channel, "read_output", nothing_yet)
+    monkeypatch.setattr(shell_channel, "was_started", never_started)
+    token = ApiToken.issue(owner, "terminal")[1]
+
+    async def read() -> str:
+        response = await AsyncClient().get(f"/api/v1/training-jobs/{owners_terminal['job'].pk}/shells/s1/output",
+                                           headers={"Authorization": f"Token {token}"})
+        return "".join([chunk.decode() async for chunk in response.streaming_content])
+
+    body = async_to_sync(read)()
+    assert "event: end" in body and "no worker of the console took the terminal" in body
