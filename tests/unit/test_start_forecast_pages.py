@@ -121,3 +121,13 @@ def test_the_dry_run_on_the_databases_queue_is_what_the_real_dispatcher_does(mak
             assert sorted(Node.objects.filter(allocated_to_id=job_id).values_list("name", flat=True)) == sorted(
                 expected[job_id])
         transaction.set_rollback(True)
+
+
+def test_a_slurm_pools_waiting_job_gets_what_slurm_says_and_no_estimate_of_the_consoles(make_job, owner):
+    slurm = ResourcePool.objects.create(name="s", backend="slurm")
+    Node.objects.create(name="slurm-0", address="10.9.0.1", spec=cpu_spec(), pool=slurm)
+    waiting = make_job(spec=cpu_spec(), pool=slurm, node_count=1, slurm_job_id=42, slurm_reason="Priority")
+    answer = api_client(owner).get(f"/api/v1/training-jobs/{waiting.pk}/start-forecast").json()
+    assert answer["scheduler"] == "slurm" and answer["reason"] == "Slurm job 42: Priority"
+    assert answer["earliest"] is None and answer["latest"] is None and answer["alternatives"] == []
+    assert answer["estimate"] == "Slurm decides when it starts"
