@@ -4,6 +4,7 @@ import django_filters  # type: ignore[import-untyped]  # django-filter ships no 
 from rest_framework.filters import OrderingFilter
 
 from jobs.models import JobStatus, TrainingJob
+from jobs.pages.job_list import family_ids
 
 
 class JobFilter(django_filters.FilterSet):
@@ -22,6 +23,11 @@ class JobFilter(django_filters.FilterSet):
         field_name="created_at", lookup_expr="lt", help_text="Only jobs created before this time (ISO 8601).")
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains",
                                      help_text="Only jobs whose name holds this text (any case).")
+    family = django_filters.NumberFilter(method="in_family", min_value=1, help_text=(
+        "Only this job's family: the job its chain of Rebuilds started from, and every Rebuild of it."))
+
+    def in_family(self, queryset, name, value):
+        return queryset.filter(pk__in=family_ids(int(value)))
 
     class Meta:
         model = TrainingJob

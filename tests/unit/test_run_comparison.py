@@ -110,6 +110,17 @@ def test_a_family_is_the_root_and_every_rebuild_of_any_generation_and_the_list_s
     assert f'data-rebuild-of="{child.pk}"' in page
 
 
+def test_the_api_lists_a_jobs_family_and_refuses_a_family_id_that_is_not_a_number(api, make_job):
+    root = make_job(name="root")
+    child = make_job(name="child", rebuilt_from=root)
+    make_job(name="unrelated")
+
+    listed = api.get(f"/api/v1/training-jobs?family={child.pk}")
+
+    assert sorted(job["id"] for job in listed.json()["results"]) == [root.pk, child.pk]
+    assert api.get("/api/v1/training-jobs?family=abc").status_code == 400
+
+
 # The comparison.
 
 def finished(make_job, name: str, lr: str, loss: float, **traits) -> TrainingJob:
