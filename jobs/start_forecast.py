@@ -11,7 +11,7 @@ one sooner); "unknown" when a job it waits on has no auto stop.
 """
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -154,7 +154,8 @@ def alternatives_for(state: QueueState, request: Request) -> list[Alternative]:
     return found
 
 
-def longest_backfill_hours(state: QueueState, request: Request, in_place) -> int | None:
+def longest_backfill_hours(state: QueueState, request: Request,
+                           in_place: Callable[[Request], list[Request]]) -> int | None:
     """The longest auto stop, shorter than the job's, with which it would backfill now; None if none would.
     A shorter limit never hurts (backfill asks the job to end by a moment), so a binary search finds it."""
     longest = (request.auto_stop_hours or LONGEST_PROPOSED_HOURS + 1) - 1
