@@ -351,6 +351,8 @@ WORKER_THREADS = env_int("WORKER_THREADS", 16, minimum=2)
 CONTROL_THREADS = env_int("CONTROL_THREADS", 4, minimum=1)
 # Terminals in jobs' containers: how many may be open at once (the shells worker's threads), how many one user
 # may hold, and how long one may sit with nothing typed before it is closed.
+# The checkpoints kept of a job (its newest; older rows go as new ones come; the files stay in the store).
+CHECKPOINTS_KEPT = env_int("CHECKPOINTS_KEPT", 1000, minimum=1)
 SHELL_THREADS = env_int("SHELL_THREADS", 8, minimum=1)
 SHELLS_PER_USER = env_int("SHELLS_PER_USER", 4, minimum=1)
 SHELL_IDLE_SECONDS = env_int("SHELL_IDLE_SECONDS", 1800, minimum=10)

@@ -574,6 +574,8 @@ class WatchdogAction(models.TextChoices):
 
 # In TrainingJob.rank_exit_grace_seconds: a rank's end never fails the job (None is the setting's default).
 RANK_EXIT_NEVER = -1
+# A job's detail (the API's, the page's table) holds its newest checkpoints only; the rest are a list of their own.
+CHECKPOINTS_IN_DETAIL = 20
 
 
 class StopReason(models.TextChoices):
@@ -728,6 +730,10 @@ class TrainingJob(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_STATES
+
+    @property
+    def newest_checkpoints(self) -> "models.QuerySet[Checkpoint]":
+        return self.checkpoints.all()[:CHECKPOINTS_IN_DETAIL]
 
     @property
     def is_held_for_debugging(self) -> bool:

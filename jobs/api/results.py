@@ -13,7 +13,7 @@ from django.http import FileResponse, Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status
+from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -29,6 +29,7 @@ from jobs.submission.access import visible_jobs
 
 from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
 from .schema import binary
+from .serializers import CheckpointSerializer
 
 METRIC_POINTS_PAGE = 5000
 # How long a link to an output file in its bucket is good for.
@@ -232,3 +233,18 @@ class JobOutputsArchive(APIView):
         archive.seek(0)
         return FileResponse(archive, as_attachment=True, filename=f"{job.dns_name}-outputs.tar.gz",
                             content_type="application/gzip")
+
+
+class JobCheckpoints(generics.ListAPIView):
+    """Every checkpoint the console keeps of a job (the newest CHECKPOINTS_KEPT), newest first, a page at a time:
+    a program may save one every few seconds for days, so the job's own detail holds only the newest few."""
+
+    serializer_class = CheckpointSerializer
+
+    @extend_schema(summary="A job's checkpoints, newest first, a page at a time")
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        return _job(self.request, self.kwargs["pk"]).checkpoints.all()
+

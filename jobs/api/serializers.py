@@ -289,8 +289,11 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         "How long the job may go on after one of its ranks ended not as 0 (or raised) while the others wait, "
         "before it fails: seconds (0: at once), \"off\" (never for this reason), or omitted or null: the "
         "console's RANK_EXIT_GRACE_SECONDS, read when the job runs."))
-    checkpoints = CheckpointSerializer(many=True, read_only=True, help_text=(
-        "The checkpoints its program saved (MA_CHECKPOINT_DIR's manifest), newest first."))
+    checkpoints = CheckpointSerializer(source="newest_checkpoints", many=True, read_only=True, help_text=(
+        "The newest checkpoints its program saved (MA_CHECKPOINT_DIR's manifest), newest first, at most "
+        "CHECKPOINTS_IN_DETAIL (20); every one the console keeps is at /training-jobs/<id>/checkpoints."))
+    checkpoint_count = serializers.IntegerField(source="checkpoints.count", read_only=True, help_text=(
+        "How many checkpoints the console keeps of the job (the newest CHECKPOINTS_KEPT)."))
     attempts = AttemptSerializer(many=True, read_only=True, help_text=(
         "Each attempt that ended, with the work it lost since its last checkpoint."))
 
@@ -300,7 +303,8 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                   "code_dir", "boot_file", "data_url", "train_url", "parameters", "env", "spec", "spec_display", "pool",
                   "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "watchdog_action",
                   "rank_exit_grace_seconds", "max_restarts", "predownload",
-                  "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "rebuilt_from", "checkpoints", "attempts",
+                  "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "rebuilt_from", "checkpoints",
+                  "checkpoint_count", "attempts",
                   "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]

@@ -38,6 +38,7 @@ urlpatterns = [
     # What a run left: each rank's end and the failure card, metrics, outputs.
     path("training-jobs/<int:pk>/outcome", results.JobOutcome.as_view(), name="api-job-outcome"),
     path("training-jobs/<int:pk>/metrics", results.JobMetrics.as_view(), name="api-job-metrics"),
+    path("training-jobs/<int:pk>/checkpoints", results.JobCheckpoints.as_view(), name="api-job-checkpoints"),
     path("training-jobs/<int:pk>/outputs", results.JobOutputs.as_view(), name="api-job-outputs"),
     path("training-jobs/<int:pk>/outputs.tar.gz", results.JobOutputsArchive.as_view(), name="api-job-outputs-archive"),
     path("training-jobs/<int:pk>/outputs/<path:path>", results.JobOutputDownload.as_view(), name="api-job-output-file"),

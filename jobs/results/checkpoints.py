@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max, Min, Sum
 from django.utils import timezone
@@ -32,6 +33,10 @@ def record_checkpoint(job_id: int, claim: CheckpointClaim, url: str, size_bytes:
     checkpoint = Checkpoint.objects.create(job_id=job_id, attempt=job.attempt, step=claim.step, path=claim.path,
                                            url=url, size_bytes=size_bytes, file_count=file_count, saved_at=now,
                                            program_time=claim.time, after_notice_seconds=after)
+    # The newest CHECKPOINTS_KEPT are the record: the ones a job resumes from and measures lost work against
+    # are the newest, and a program saving every few seconds for weeks would otherwise grow the table for ever.
+    stale = Checkpoint.objects.filter(job_id=job_id).values_list("id", flat=True)[settings.CHECKPOINTS_KEPT:]
+    Checkpoint.objects.filter(id__in=list(stale)).delete()
     words = f"checkpoint at step {claim.step:,} ({claim.path}, {readable_size(size_bytes)}) saved"
     words += f" {after:.0f} s after the notice" if after is not None else " in the store"
     JobEvent.objects.create(job_id=job_id, kind="checkpoint", message=words[0].upper() + words[1:])

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 PERSONAS = ["owner", "teammate", "stranger", "staff", "anonymous"]
 
 API_READS = ["", "/log", "/log/lines", "/log/download", "/log/first-error", "/log/matches", "/nccl", "/events", "/resources",
-             "/outcome", "/metrics", "/outputs", "/outputs.tar.gz", "/outputs/model.txt", "/start-forecast"]
+             "/outcome", "/metrics", "/checkpoints", "/outputs", "/outputs.tar.gz", "/outputs/model.txt", "/start-forecast"]
 PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 # Where the console's own account pages and lists are refused to a visitor (login first).
 VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines", "/api/v1/data",
@@ -31,7 +31,7 @@ ROUTE_COVERAGE = {
     **{name: "job API read" for name in (
         "api-job", "api-job-log", "api-job-log-lines", "api-job-log-download", "api-job-log-first-error",
         "api-job-log-matches",
-        "api-job-nccl", "api-job-events", "api-job-resources", "api-job-outcome", "api-job-metrics",
+        "api-job-nccl", "api-job-events", "api-job-resources", "api-job-outcome", "api-job-metrics", "api-job-checkpoints",
         "api-job-outputs", "api-job-outputs-archive", "api-job-output-file", "api-job-start-forecast")},
     "api-job-log-events": "job live stream",
     **{name: "job page" for name in ("job-detail", "job-live", "job-log-download", "job-rebuild")},

@@ -333,3 +333,28 @@ def test_a_rebuild_of_a_rebuild_that_saved_nothing_resumes_from_the_first_ones_c
     first.resume_source = third
     first.save(update_fields=["resume_source"])
     assert third.launch_values().resume_from == "step-7.pt"
+
+
+@pytest.mark.django_db
+def test_a_job_keeps_its_newest_checkpoints_and_its_detail_holds_a_few_while_the_api_pages_through_the_rest(
+        make_job, client, settings):
+    from jobs.models import CHECKPOINTS_IN_DETAIL, ApiToken
+
+    settings.CHECKPOINTS_KEPT = 30
+    job = make_job(status=JobStatus.RUNNING, started_at=timezone.now())
+    for step in range(1, 36):
+        record_checkpoint(job.pk, CheckpointClaim(step, f"step-{step}.pt"), f"obs://b/c/step-{step}.pt", 10, 1)
+    kept = list(Checkpoint.objects.filter(job=job).values_list("step", flat=True))
+    assert kept == list(range(35, 5, -1)), "the newest 30, newest first"
+    assert job.resume_checkpoint().step == 35
+
+    headers = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(job.owner, 'checkpoints')[1]}"}
+    detail = client.get(f"/api/v1/training-jobs/{job.pk}", **headers).json()
+    assert [each["step"] for each in detail["checkpoints"]] == list(range(35, 35 - CHECKPOINTS_IN_DETAIL, -1))
+    assert detail["checkpoint_count"] == 30
+    first = client.get(f"/api/v1/training-jobs/{job.pk}/checkpoints?limit=25", **headers).json()
+    rest = client.get(first["next"], **headers).json()
+    assert first["count"] == 30 and [each["step"] for each in first["results"] + rest["results"]] == kept
+    client.force_login(job.owner)
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+    assert 'data-checkpoint-total="30"' in page and f"/api/v1/training-jobs/{job.pk}/checkpoints" in page
