@@ -105,7 +105,8 @@ def comparison(user, ids: list[int], every_rank: bool = False) -> Comparison:
     return {
         "runs": [{"id": job.pk, "name": job.name, "status": job.status, "owner": job.owner.get_username(),
                   "rebuilt_from": job.rebuilt_from_id, "duration_seconds": job.duration_seconds} for job in jobs],
-        "differences": masked_rows(differing_rows(facts), facts, MASK),
+        "differences": masked_rows(differing_rows(facts), facts, MASK,
+                                   owns_all=all(job.owner_id == user.pk for job in jobs)),
         "finals": side_by_side([dict(job.final_metrics or {}) for job in jobs], [job.duration_seconds for job in jobs]),
         "series": [line for job in jobs for line in compared_series(job, every_rank)],
     }

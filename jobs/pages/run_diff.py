@@ -81,14 +81,17 @@ def differing_rows(runs: list[RunFacts]) -> list[DifferingRow]:
     return rows
 
 
-def masked_rows(rows: list[DifferingRow], runs: list[RunFacts], mask: str) -> list[DifferingRow]:
+def masked_rows(rows: list[DifferingRow], runs: list[RunFacts], mask: str, owns_all: bool = True) -> list[DifferingRow]:
     """The rows with each secret value (a secret in any run) replaced by the mask and a number per distinct
-    value, so a reader sees that two secrets differ, and which runs share one, without seeing any."""
+    value, so the owner sees that two secrets differ, and which runs share one, without seeing any. Whether two
+    secrets are equal is something of theirs too: a reader who does not own every run gets no secret's row."""
     secret = {pair for run in runs for pair in run["secrets"]}
     shown: list[DifferingRow] = []
     for row in rows:
         if (row["section"], row["key"]) not in secret:
             shown.append(row)
+            continue
+        if not owns_all:
             continue
         distinct = list(dict.fromkeys(value for value in row["values"] if value is not None))
         shown.append({**row, "values": [None if value is None else f"{mask} ({distinct.index(value) + 1})"

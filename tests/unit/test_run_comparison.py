@@ -52,6 +52,15 @@ def test_secrets_that_differ_are_a_row_that_numbers_each_distinct_value_and_show
     assert rows == [{"section": "environment", "key": "TOKEN", "values": ["*** (1)", "*** (2)", "*** (1)"]}]
 
 
+def test_a_reader_who_does_not_own_every_run_learns_nothing_of_their_secrets_not_even_whether_they_differ():
+    runs = [{"id": job, "name": str(job), "sections": {"environment": {"TOKEN": token, "STEPS": steps}},
+             "secrets": [("environment", "TOKEN")]} for job, token, steps in ((1, "aaa", "1"), (2, "bbb", "2"))]
+
+    rows = masked_rows(differing_rows(runs), runs, "***", owns_all=False)  # type: ignore[arg-type]
+
+    assert rows == [{"section": "environment", "key": "STEPS", "values": ["1", "2"]}]
+
+
 def test_final_metrics_are_side_by_side_with_none_where_a_run_has_none_and_the_duration_last():
     assert side_by_side([{"loss": 0.5}, {"loss": 0.25, "acc": 0.9}], [60.0, None]) == [
         {"name": "loss", "values": [0.5, 0.25]}, {"name": "acc", "values": [None, 0.9]},
