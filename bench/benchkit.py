@@ -124,6 +124,16 @@ def in_process_console(prefix: str) -> tuple[str, Callable[..., int]]:
     return scratch, new_job
 
 
+def best_wall_time(repeat: int, work: Callable[[], object]) -> float:
+    """The shortest wall time of `repeat` runs of `work`, in seconds."""
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
 def begin(name: str, parser, limit: int):
     """The benchmark's arguments, with its bound in time (--time-limit), once the machine's load is printed."""
     parser.add_argument("--time-limit", type=int, default=limit, help="seconds before everything is taken down")

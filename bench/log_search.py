@@ -21,18 +21,8 @@ from __future__ import annotations
 import argparse
 import math
 import sqlite3
-import time
 
 import benchkit
-
-
-def best(repeat: int, work) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def main() -> None:
@@ -64,7 +54,7 @@ def main() -> None:
     rows = []
 
     def measure(what: str, console, floor, answers) -> None:
-        took, floor_took = best(args.repeat, console), best(args.repeat, floor)
+        took, floor_took = benchkit.best_wall_time(args.repeat, console), benchkit.best_wall_time(args.repeat, floor)
         rows.append([what, f"{took * 1000:,.0f}", f"{floor_took * 1000:,.0f}", f"{took / floor_took:.1f}",
                      str(answers(took))])
 

@@ -103,6 +103,8 @@ def dry_dispatch(queue: Sequence[Request], nodes: Sequence[NodeFact], holder_end
     its end (holder_end). With `until`, it stops after that job: the later ones cannot change its fate."""
     holders = {node.name: node.holder_id for node in nodes}
     by_name = sorted(nodes, key=lambda node: node.name)
+    # Each queue's usable nodes, found once: a long queue asks for the same few queues again and again.
+    serving: dict[QueueKey, list[NodeFact]] = {}
     ends = dict(holder_ends)
     started: dict[int, list[str]] = {}
     gate = QueueGate()
@@ -113,7 +115,10 @@ def dry_dispatch(queue: Sequence[Request], nodes: Sequence[NodeFact], holder_end
             if request.job_id == until:
                 break
             continue
-        mine = [node for node in by_name if node.usable and serves(node, request.spec_id, request.pool_id)]
+        if request.key not in serving:
+            serving[request.key] = [node for node in by_name
+                                    if node.usable and serves(node, request.spec_id, request.pool_id)]
+        mine = serving[request.key]
         free = [node.name for node in mine if holders[node.name] is None]
         if len(free) >= request.node_count:
             taken = free[: request.node_count]

@@ -11,8 +11,9 @@ one sooner); "unknown" when a job it waits on has no auto stop.
 """
 
 import enum
+import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -69,6 +70,8 @@ class QueueState:
     pools: dict[int | None, str]
     free_slots: int
     now: datetime
+    # sure_starts of the whole queue, by hold_ahead: worked out once for all the jobs a page forecasts.
+    sure_starts_cache: dict[bool, dict[int, datetime | None]] = field(default_factory=dict, compare=False)
 
     def starts(self, queue: Sequence[Request], job_id: int) -> bool:
         return job_id in dry_dispatch(queue, self.nodes, self.holder_ends, self.now, self.free_slots, until=job_id)
@@ -77,6 +80,12 @@ class QueueState:
 def sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime | None]:
     """The start of each waiting job when the nodes are taken in queue order as they are sure to be free; a job
     ahead holds its nodes for its auto stop (hold_ahead) or gives them back at once. None: no bound."""
+    if hold_ahead not in state.sure_starts_cache:
+        state.sure_starts_cache[hold_ahead] = queue_sure_starts(state, hold_ahead)
+    return state.sure_starts_cache[hold_ahead]
+
+
+def queue_sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime | None]:
     now = state.now
     free_at: dict[str, datetime | None] = {
         node.name: now if node.holder_id is None else state.holder_ends.get(node.holder_id)
@@ -84,12 +93,25 @@ def sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime | Non
     floor: dict[QueueKey, datetime] = {}
     unbounded: set[QueueKey] = set()
     starts: dict[int, datetime | None] = {}
+    serving: dict[QueueKey, list[str]] = {}
+
+    def order(name: str) -> tuple[bool, datetime, str]:
+        # The nodes sure to be free soonest first (never sure last), by name among equals, as the allocator.
+        end = free_at[name]
+        return (end is None, end or now, name)
+
+    ordered = {name: order(name) for name in free_at}
     for request in state.queue:
-        mine = sorted((node.name for node in state.nodes if node.usable and serves(node, request.spec_id, request.pool_id)),
-                      key=lambda name: (free_at[name] is None, free_at[name] or now, name))
-        chosen = mine[: request.node_count]
+        if request.key in unbounded:
+            # First come first served: no later job of this queue has a bound either.
+            starts[request.job_id] = None
+            continue
+        if request.key not in serving:
+            serving[request.key] = [node.name for node in state.nodes
+                                    if node.usable and serves(node, request.spec_id, request.pool_id)]
+        chosen = heapq.nsmallest(request.node_count, serving[request.key], key=ordered.__getitem__)
         last = free_at[chosen[-1]] if len(chosen) == request.node_count and chosen else None
-        if request.key in unbounded or last is None:
+        if last is None:
             # First come first served: no later job of this queue has a bound either.
             unbounded.add(request.key)
             starts[request.job_id] = None
@@ -99,6 +121,7 @@ def sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime | Non
         starts[request.job_id] = start
         for name in chosen:
             free_at[name] = holder_end(start, request.auto_stop_hours, now) if hold_ahead else start
+            ordered[name] = order(name)
     return starts
 
 
