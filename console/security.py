@@ -54,11 +54,17 @@ def client_address(request) -> str:
 def policy_with_inline_styles(policy: str) -> str:
     """The policy, letting the page apply inline styles: the terminal (xterm.js) draws its screen with style
     elements and attributes it makes as it goes, which no nonce or hash can name (xtermjs/xterm.js#4445). Scripts
-    stay as strict; only the page that holds a terminal, for the job's owner, gets this."""
+    stay as strict; only a job page that may hold a terminal, for the job's owner, gets this."""
     directives = [part.strip() for part in policy.split(";") if part.strip()]
-    for index, directive in enumerate(directives):
-        name, _, sources = directive.partition(" ")
-        if name.lower() == "style-src" and "'unsafe-inline'" not in sources.split():
+    names = [directive.partition(" ")[0].lower() for directive in directives]
+    if "style-src" not in names:
+        # Without its own, style-src is default-src: it gets default-src's sources, then the inline styles.
+        default = next((directive.partition(" ")[2] for directive, name in zip(directives, names, strict=True)
+                        if name == "default-src"), "")
+        directives.append(f"style-src {default}".strip())
+        names.append("style-src")
+    for index, (directive, name) in enumerate(zip(directives, names, strict=True)):
+        if name in ("style-src", "style-src-elem", "style-src-attr") and "'unsafe-inline'" not in directive.split():
             directives[index] = f"{directive} 'unsafe-inline'"
     return "; ".join(directives)
 

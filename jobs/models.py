@@ -736,6 +736,11 @@ class TrainingJob(models.Model):
         return self.checkpoints.all()[:CHECKPOINTS_IN_DETAIL]
 
     @property
+    def may_have_containers(self) -> bool:
+        """Whether the job has, or may come to have, containers a terminal opens in (not over, or held)."""
+        return not self.is_final or self.is_held_for_debugging
+
+    @property
     def is_held_for_debugging(self) -> bool:
         """A failed job whose containers and nodes are still kept for a look inside."""
         return self.held_until is not None and self.held_until > timezone.now()

@@ -14,21 +14,49 @@ import weakref
 from asyncio import AbstractEventLoop, get_running_loop
 from dataclasses import dataclass
 from typing import Literal, TypedDict, cast
+from urllib.parse import urlparse
 
 import redis
 import redis.asyncio
 from django.conf import settings
 
 PREFIX = "console:shell"
-# A session's keys outlive a relay that died without a word by this long, then Redis forgets them.
+# A session's record lives as long as its relay renews it (every few seconds): a relay that died without a
+# word, or one that never started, frees the user's place within this long.
+LEASE_SECONDS = 120
+# What is left of a session once it ended (its output for a reader that comes back to it), then Redis forgets it.
+ENDED_KEPT_SECONDS = 600
+# The user's set of sessions (pruned at each open) and an ended session's keys expire on their own.
 KEYS_LIFETIME_SECONDS = 24 * 3600
-# The terminal's output kept for readers that come back: enough to redraw a screen or two.
-OUTPUT_KEPT_ENTRIES = 2000
-# What a user may have typed and the relay not yet taken (a paste of a few MB is refused, not queued).
-INPUT_QUEUED_MAX = 256
-INPUT_CHUNK_MAX_CHARS = 64 * 1024
+# The terminal's output kept for readers that come back: enough to redraw a screen or two (each entry at most
+# runtime.shell.READ_CHUNK characters).
+OUTPUT_KEPT_ENTRIES = 1000
+# What a user may have typed and the relay not yet taken: a few MB at most a session (a paste is sent in parts).
+INPUT_QUEUED_MAX = 64
+INPUT_CHUNK_MAX_CHARS = 16 * 1024
+INPUT_ENTRY_MAX_BYTES = 4 * INPUT_CHUNK_MAX_CHARS + 256
 TERMINAL_COLUMNS = (10, 500)
 TERMINAL_ROWS = (4, 200)
+# The web process' readers of terminals each hold a connection while they wait (a blocking XREAD).
+ASYNC_CONNECTIONS_MAX = 1000
+
+# Count the user's open sessions (pruning those gone or ended) and add this one, at once: two opens at the same
+# moment cannot both take the last place. KEYS: the user's set; ARGV: the most, the new id, the key prefix, the
+# set's lifetime.
+RESERVE_SCRIPT = """
+local open = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[3] .. id .. ':meta') == 1 and redis.call('EXISTS', ARGV[3] .. id .. ':ended') == 0 then
+    open = open + 1
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+if open >= tonumber(ARGV[1]) then return 0 end
+redis.call('SADD', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
 
 
 @dataclass(frozen=True)
@@ -61,6 +89,14 @@ class InputRefused(Exception):
     """The relay has not taken what was typed before: the user is asked to wait a moment."""
 
 
+class SessionOver(Exception):
+    """The session ended (or never started): nothing more goes to it."""
+
+
+class TooManySessions(Exception):
+    """The user holds the most sessions already."""
+
+
 def _key(session_id: str, part: str) -> str:
     return f"{PREFIX}:{session_id}:{part}"
 
@@ -69,15 +105,15 @@ def _user_sessions_key(user_id: int) -> str:
     return f"{PREFIX}:user:{user_id}"
 
 
-_client: redis.Redis | None = None
+# This process' connections, by Redis URL (the settings may name another Redis later: a test's, a restart's).
+_clients: dict[str, redis.Redis] = {}
 
 
 def sync_client() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2,
-                                       decode_responses=True)
-    return _client
+    url = settings.REDIS_URL
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+    return _clients[url]
 
 
 # redis.asyncio connections belong to the event loop that opened them (the web server's, or one relay's).
@@ -87,10 +123,15 @@ _async_clients: "weakref.WeakKeyDictionary[AbstractEventLoop, redis.asyncio.Redi
 def async_client() -> redis.asyncio.Redis:
     loop = get_running_loop()
     client = _async_clients.get(loop)
-    if client is None:
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, decode_responses=True)
+    if client is None or client.connection_pool.connection_kwargs.get("port") != _port_of(settings.REDIS_URL):
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, decode_responses=True,
+                                              max_connections=ASYNC_CONNECTIONS_MAX)
         _async_clients[loop] = client
     return client
+
+
+def _port_of(url: str) -> int:
+    return urlparse(url).port or 6379
 
 
 async def close_async_client() -> None:
@@ -109,20 +150,38 @@ def _session_of(session_id: str, fields: dict[str, str]) -> ShellSession | None:
         return None
 
 
-def open_session(job_id: int, worker_index: int, user_id: int, user_name: str, columns: int, rows: int) -> ShellSession:
-    """A new session's record (the relay is queued by the caller once the record exists)."""
+def open_session(job_id: int, worker_index: int, user_id: int, user_name: str, columns: int, rows: int,
+                 most: int) -> ShellSession:
+    """A new session's record, within the user's `most` open sessions (TooManySessions); the caller queues its
+    relay, and forgets the session (forget) when it cannot."""
     session = ShellSession(id=secrets.token_urlsafe(24), job_id=job_id, worker_index=worker_index, user_id=user_id,
                            user_name=user_name, columns=columns, rows=rows)
     client = sync_client()
-    with client.pipeline() as pipe:
-        pipe.hset(_key(session.id, "meta"), mapping={
-            "job": job_id, "worker": worker_index, "user": user_id, "user_name": user_name,
-            "columns": columns, "rows": rows})
-        pipe.expire(_key(session.id, "meta"), KEYS_LIFETIME_SECONDS)
-        pipe.sadd(_user_sessions_key(user_id), session.id)
-        pipe.expire(_user_sessions_key(user_id), KEYS_LIFETIME_SECONDS)
-        pipe.execute()
+    # Until a relay takes it and renews it, the record lasts as long as a reader waits for one (and a little).
+    client.hset(_key(session.id, "meta"), mapping={
+        "job": job_id, "worker": worker_index, "user": user_id, "user_name": user_name,
+        "columns": columns, "rows": rows})
+    client.expire(_key(session.id, "meta"), settings.SHELL_START_SECONDS + 30)
+    reserved = client.eval(RESERVE_SCRIPT, 1, _user_sessions_key(user_id), most, session.id, f"{PREFIX}:",
+                           KEYS_LIFETIME_SECONDS)
+    if not reserved:
+        client.delete(_key(session.id, "meta"))
+        raise TooManySessions(most)
     return session
+
+
+def open_sessions_of(user_id: int) -> int:
+    """How many of the user's sessions are open (recorded, not ended)."""
+    client = sync_client()
+    return sum(1 for each in cast(set[str], client.smembers(_user_sessions_key(user_id)))
+               if client.exists(_key(each, "meta")) and not client.exists(_key(each, "ended")))
+
+
+def forget(session: ShellSession) -> None:
+    """A session whose relay could not be queued: it never was, and takes no place of its user's."""
+    client = sync_client()
+    client.delete(_key(session.id, "meta"))
+    client.srem(_user_sessions_key(session.user_id), session.id)
 
 
 def session(session_id: str) -> ShellSession | None:
@@ -132,24 +191,19 @@ def session(session_id: str) -> ShellSession | None:
     return _session_of(session_id, fields)
 
 
-def open_sessions_of(user_id: int) -> int:
-    """How many of the user's sessions are still open (a session that ended leaves the user's set)."""
-    client = sync_client()
-    ids = cast(set[str], client.smembers(_user_sessions_key(user_id)))
-    gone = [each for each in ids if not client.exists(_key(each, "meta")) or client.exists(_key(each, "ended"))]
-    if gone:
-        client.srem(_user_sessions_key(user_id), *gone)
-    return len(ids) - len(gone)
-
-
 def _push(session_id: str, message: InputMessage) -> None:
     client = sync_client()
     key = _key(session_id, "in")
+    entry = json.dumps(message, ensure_ascii=False)
+    if len(entry.encode()) > INPUT_ENTRY_MAX_BYTES:
+        raise InputRefused("send what was typed in smaller parts")
+    if client.exists(_key(session_id, "ended")) or not client.exists(_key(session_id, "meta")):
+        raise SessionOver("the terminal has closed")
     if client.llen(key) >= INPUT_QUEUED_MAX:
         raise InputRefused("the terminal has not taken what was typed before yet: try again in a moment")
     with client.pipeline() as pipe:
-        pipe.rpush(key, json.dumps(message))
-        pipe.expire(key, KEYS_LIFETIME_SECONDS)
+        pipe.rpush(key, entry)
+        pipe.expire(key, LEASE_SECONDS)
         pipe.execute()
 
 
@@ -167,9 +221,22 @@ def request_close(session_id: str) -> None:
 
 # The relay's side (in its own event loop).
 
-async def mark_started(session_id: str) -> None:
-    """The relay took the session: a reader that sees no such mark for a while says no worker took it."""
-    await async_client().set(_key(session_id, "started"), "1", ex=KEYS_LIFETIME_SECONDS)
+async def mark_started(session_id: str) -> bool:
+    """The relay took the session: a reader that sees no such mark for a while says no worker took it. False
+    when the session is already over (a reader gave up waiting, or it expired): the relay then opens nothing."""
+    client = async_client()
+    if await client.exists(_key(session_id, "ended")) or not await client.exists(_key(session_id, "meta")):
+        return False
+    await client.set(_key(session_id, "started"), "1", ex=LEASE_SECONDS)
+    await renew(session_id)
+    return True
+
+
+async def renew(session_id: str) -> None:
+    """The relay is alive: the session's record and marks last another LEASE_SECONDS."""
+    client = async_client()
+    for part in ("meta", "started", "in"):
+        await client.expire(_key(session_id, part), LEASE_SECONDS)
 
 
 async def next_input(session_id: str, wait_seconds: float) -> InputMessage | None:
@@ -187,14 +254,18 @@ async def write_output(session_id: str, text: str) -> None:
     key = _key(session_id, "out")
     client = async_client()
     await client.xadd(key, {"kind": "output", "text": text}, maxlen=OUTPUT_KEPT_ENTRIES, approximate=True)
-    await client.expire(key, KEYS_LIFETIME_SECONDS)
+    await client.expire(key, LEASE_SECONDS)
 
 
 async def write_end(session_id: str, reason: str) -> None:
+    """The session is over: its reader is told why, and what is left of it expires soon."""
     client = async_client()
     await client.xadd(_key(session_id, "out"), {"kind": "end", "text": reason}, maxlen=OUTPUT_KEPT_ENTRIES,
                       approximate=True)
-    await client.set(_key(session_id, "ended"), reason, ex=KEYS_LIFETIME_SECONDS)
+    await client.set(_key(session_id, "ended"), reason, ex=ENDED_KEPT_SECONDS)
+    for part in ("meta", "started", "out"):
+        await client.expire(_key(session_id, part), ENDED_KEPT_SECONDS)
+    await client.delete(_key(session_id, "in"))
 
 
 # The web side's reader (in the web server's event loop).
@@ -213,6 +284,11 @@ async def read_output(session_id: str, after: str, wait_seconds: float) -> list[
 
 async def was_started(session_id: str) -> bool:
     return bool(await async_client().exists(_key(session_id, "started")))
+
+
+async def is_gone(session_id: str) -> bool:
+    """The session's record expired: its relay stopped renewing it without a word (a worker killed)."""
+    return not await async_client().exists(_key(session_id, "meta"))
 
 
 def valid_stream_id(text: str) -> bool:

@@ -4,6 +4,7 @@ read from its event stream (resumed with Last-Event-ID after a lost connection),
 does. From a pipe (stdin not a terminal) the text is sent as typed and its end as Ctrl-D, so a script can run
 a few commands."""
 
+import codecs
 import http.client
 import json
 import os
@@ -22,6 +23,7 @@ from .errors import CliError
 from .follow import READ_TIMEOUT_SECONDS, events
 
 END_OF_INPUT = "\x04"
+SEND_ATTEMPTS = 60
 RECONNECT_GIVE_UP_SECONDS = 60
 
 
@@ -69,7 +71,7 @@ class OutputReader(threading.Thread):
 
 
 def send(client: Client, input_url: str, body: dict) -> None:
-    for _attempt in range(30):
+    for _attempt in range(SEND_ATTEMPTS):
         try:
             client.post(input_url, body)
             return
@@ -78,6 +80,7 @@ def send(client: Client, input_url: str, body: dict) -> None:
             if "try again" not in str(error):
                 raise
             time.sleep(0.5)
+    raise CliError(f"the terminal took nothing for {SEND_ATTEMPTS // 2} s: what was typed since was not sent")
 
 
 def run_shell(client: Client, job_id: int, worker: int) -> int:
@@ -102,6 +105,12 @@ def run_shell(client: Client, job_id: int, worker: int) -> int:
     finally:
         if saved is not None:
             termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+        if reader.reason is None:
+            # Ended on this side (an error, Ctrl-\): the shell is not left open until it idles out.
+            try:
+                client.post(opened["input_url"], {"close": True})
+            except CliError:
+                pass
     if reader.error:
         raise CliError(reader.error)
     print(f"\r\ntc: the terminal closed: {reader.reason}", file=sys.stderr)
@@ -111,12 +120,16 @@ def run_shell(client: Client, job_id: int, worker: int) -> int:
 def pump_input(client: Client, input_url: str, reader: OutputReader) -> None:
     """Send what is typed until the terminal ends (or, from a pipe, until its end, sent as Ctrl-D)."""
     descriptor = sys.stdin.fileno()
+    # A character's bytes may come in two reads.
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     while reader.is_alive():
         ready, _, _ = select.select([descriptor], [], [], 0.5)
         if not ready:
             continue
         chunk = os.read(descriptor, 4096)
         if not chunk:
-            send(client, input_url, {"text": END_OF_INPUT})
+            send(client, input_url, {"text": decoder.decode(b"", final=True) + END_OF_INPUT})
             return
-        send(client, input_url, {"text": chunk.decode("utf-8", "replace")})
+        text = decoder.decode(chunk)
+        if text:
+            send(client, input_url, {"text": text})

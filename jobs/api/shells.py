@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import shell_channel
-from jobs.api.log_events import _error, api_user
+from jobs.api.log_events import StreamSlots, _error, api_user, holding_slot
 from jobs.submission.access import visible_jobs
 from jobs.submission.shells import ShellRefused, open_shell, own_session
 
@@ -32,6 +32,7 @@ from .schema import ApiError
 
 # A quiet terminal's stream carries a comment this often, so that proxies keep it open.
 KEEPALIVE_SECONDS = 15.0
+shell_streams = StreamSlots()
 
 
 class ShellOpenSerializer(serializers.Serializer):
@@ -93,7 +94,7 @@ class TrainingJobShellInput(APIView):
     @extend_schema(summary="Type into a terminal, resize it or close it", request=ShellInputSerializer,
                    parameters=[OpenApiParameter("session_id", str, OpenApiParameter.PATH,
                                                 description="The terminal's id, as POST /shells answered it.")],
-                   responses={204: None, 400: ApiError, 404: ApiError, 429: ApiError})
+                   responses={204: None, 400: ApiError, 404: ApiError, 410: ApiError, 429: ApiError})
     def post(self, request, pk, session_id):
         job = get_object_or_404(visible_jobs(request.user), pk=pk)
         session = own_session(request.user, job, session_id)
@@ -112,10 +113,31 @@ class TrainingJobShellInput(APIView):
         except shell_channel.InputRefused as error:
             return Response({"detail": str(error)}, status=status.HTTP_429_TOO_MANY_REQUESTS,
                             headers={"Retry-After": "1"})
+        except shell_channel.SessionOver as error:
+            return Response({"detail": str(error)}, status=status.HTTP_410_GONE)
         except redis.RedisError:
             return Response({"detail": "The console's message broker does not answer: try again shortly."},
                             status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def sse(kind: str, payload: dict, event_id: str | None = None) -> str:
+    return (f"id: {event_id}\n" if event_id else "") + f"event: {kind}\ndata: " + json.dumps(payload) + "\n\n"
+
+
+async def why_over(session_id: str, waited: float) -> str:
+    """Why a quiet session is over from the reader's side ("" while it may go on): no worker took it in time, or
+    the worker holding it went away without a word. Said once for all: a relay that would start later then
+    opens nothing, and the user's place is freed."""
+    reason = ""
+    if waited > settings.SHELL_START_SECONDS:
+        if not await shell_channel.was_started(session_id):
+            reason = "no worker of the console took the terminal (is the shells worker running?)"
+        elif await shell_channel.is_gone(session_id):
+            reason = "the console's worker holding the terminal went away"
+    if reason:
+        await shell_channel.write_end(session_id, reason)
+    return reason
 
 
 def output_events(session_id: str, after: str):
@@ -125,24 +147,20 @@ def output_events(session_id: str, after: str):
         while True:
             try:
                 entries = await shell_channel.read_output(session_id, cursor, KEEPALIVE_SECONDS)
-                unclaimed = (not entries and time.monotonic() - opened > settings.SHELL_START_SECONDS
-                             and not await shell_channel.was_started(session_id))
+                reason = "" if entries else await why_over(session_id, time.monotonic() - opened)
             except redis.RedisError:
-                yield "event: end\ndata: " + json.dumps({"reason": "the console lost its message broker"}) + "\n\n"
-                return
-            if unclaimed:
-                reason = "no worker of the console took the terminal (is the shells worker running?)"
-                yield "event: end\ndata: " + json.dumps({"reason": reason}) + "\n\n"
+                reason = "the console lost its message broker"
+            if reason:
+                yield sse("end", {"reason": reason})
                 return
             if not entries:
                 yield ": still open\n\n"
-                continue
             for entry in entries:
                 cursor = entry["id"]
                 if entry["kind"] == "end":
-                    yield f"id: {cursor}\nevent: end\ndata: " + json.dumps({"reason": entry["text"]}) + "\n\n"
+                    yield sse("end", {"reason": entry["text"]}, cursor)
                     return
-                yield f"id: {cursor}\nevent: output\ndata: " + json.dumps({"text": entry["text"]}) + "\n\n"
+                yield sse("output", {"text": entry["text"]}, cursor)
 
     return stream()
 
@@ -159,7 +177,12 @@ async def job_shell_output(request, pk: int, session_id: str):
     after = request.headers.get("Last-Event-ID") or request.GET.get("after") or "0"
     if not shell_channel.valid_stream_id(after):
         return _error(400, {"after": ["Not a position in the terminal's output."]})
-    response = StreamingHttpResponse(output_events(session.id, after), content_type="text/event-stream")
+    # Each reader holds a connection to Redis while it waits: a user holds a few, never the process' all.
+    release = shell_streams.take(user.pk, settings.SHELLS_PER_USER * 2)
+    if release is None:
+        return _error(429, "Too many terminal streams are open: close a terminal's page first.", Retry_After="5")
+    response = StreamingHttpResponse(holding_slot(output_events(session.id, after), release),
+                                     content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -235,7 +235,7 @@ def _job_page_context(request, job) -> dict:
 def job_detail(request, pk):
     job = get_object_or_404(visible_jobs(request.user).select_related("pool"), pk=pk)
     response = render(request, "jobs/job_detail.html", _job_page_context(request, job))
-    if job.owner_id == request.user.pk and settings.CONTENT_SECURITY_POLICY:
+    if job.owner_id == request.user.pk and settings.CONTENT_SECURITY_POLICY and job.may_have_containers:
         # The owner's page holds the job's terminal (see console.security.policy_with_inline_styles).
         response["Content-Security-Policy"] = policy_with_inline_styles(settings.CONTENT_SECURITY_POLICY)
     return response

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 LOGIN_SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"
 # How often the relay looks whether the job still has its containers.
 JOB_LOOK_SECONDS = 5.0
-READ_CHUNK = 16 * 1024
+READ_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,9 @@ class ShellRelay:
             self.ended = reason
 
     async def run(self) -> str:
-        await shell_channel.mark_started(self.session.id)
+        if not await shell_channel.mark_started(self.session.id):
+            # Its reader stopped waiting before a thread was free: nobody would see this shell.
+            return "nobody waits for it any more"
         target = await sync_to_async(shell_target)(self.session)
         if isinstance(target, str):
             await shell_channel.write_end(self.session.id, target)
@@ -159,10 +161,14 @@ class ShellRelay:
                     process.change_terminal_size(columns, rows)
             elif kind == "data" and isinstance(message.get("data"), str):
                 process.stdin.write(message["data"])
+                # A shell that does not read holds what was typed in SSH's window, not in this process.
+                await process.stdin.drain()
 
     async def watch_job(self) -> None:
+        """Ends the session once the job's containers are gone; meanwhile the session's lease is renewed."""
         while True:
             await asyncio.sleep(JOB_LOOK_SECONDS)
+            await shell_channel.renew(self.session.id)
             if not await sync_to_async(still_kept)(self.session.job_id):
                 self.end("the job's containers are gone")
                 return

@@ -29,13 +29,15 @@ def open_shell(user, job: TrainingJob, worker_index: int, columns: int, rows: in
     if not job.workers.filter(index=worker_index).exclude(container_name="").exists():
         raise ShellRefused(400, "worker", f"The job has no worker-{worker_index} with a container.")
     try:
-        if shell_channel.open_sessions_of(user.pk) >= settings.SHELLS_PER_USER:
-            raise ShellRefused(429, "detail", f"{settings.SHELLS_PER_USER} terminals are open already, the most one "
-                                              "user may hold: close one first.")
-        session = shell_channel.open_session(job.pk, worker_index, user.pk, user.get_username(), columns, rows)
+        session = shell_channel.open_session(job.pk, worker_index, user.pk, user.get_username(), columns, rows,
+                                             most=settings.SHELLS_PER_USER)
+    except shell_channel.TooManySessions:
+        raise ShellRefused(429, "detail", f"{settings.SHELLS_PER_USER} terminals are open already, the most one "
+                                          "user may hold: close one first.") from None
     except redis.RedisError as error:
         raise ShellRefused(503, "detail", "The console's message broker does not answer: try again shortly.") from error
-    if not task_queue.open_shell(session.id):
+    if not task_queue.open_shell(session.id, expires=settings.SHELL_START_SECONDS):
+        shell_channel.forget(session)
         raise ShellRefused(503, "detail", "The console's workers could not be asked to open the terminal: try again "
                                           "shortly.")
     return session

@@ -12,9 +12,9 @@ from celery import current_app
 logger = logging.getLogger(__name__)
 
 
-def _queue(task: str, *args: object) -> bool:
+def _queue(task: str, *args: object, expires: float | None = None) -> bool:
     try:
-        current_app.send_task(task, args=args, retry=False)
+        current_app.send_task(task, args=args, retry=False, expires=expires)
     except Exception:  # any broker failure: the safety net named above catches up
         logger.warning("could not queue %s%s", task, args, exc_info=True)
         return False
@@ -46,6 +46,12 @@ def prefetch_images_soon(node_ids: list[int] | None = None, version_ids: list[in
     return _queue("jobs.tasks.prefetch_images", node_ids, version_ids)
 
 
-def open_shell(session_id: str) -> bool:
-    """The relay of a terminal in a job's container (jobs.tasks.relay_shell, on the shells queue)."""
-    return _queue("jobs.tasks.relay_shell", session_id)
+def open_shell(session_id: str, expires: float) -> bool:
+    """The relay of a terminal in a job's container (jobs.tasks.relay_shell, on the shells queue); dropped if no
+    worker takes it within `expires` seconds (its reader has stopped waiting by then)."""
+    return _queue("jobs.tasks.relay_shell", session_id, expires=expires)
+
+
+def end_hold_soon(job_id: int) -> bool:
+    """End a held failed job's hold (jobs.tasks.end_debug_hold): its containers ended and nodes freed."""
+    return _queue("jobs.tasks.end_debug_hold", job_id)

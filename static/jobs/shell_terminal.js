@@ -4,6 +4,8 @@
 (function () {
   "use strict";
 
+  // What one request may carry (jobs.shell_channel.INPUT_CHUNK_MAX_CHARS).
+  const CHUNK_CHARS = 16 * 1024;
   const card = document.querySelector("[data-terminal]");
   if (!card || !window.Terminal || !window.Console) return;
   const jobId = card.dataset.jobId;
@@ -67,15 +69,23 @@
     }
 
     async flush() {
-      if (this.sending || !this.pending) return;
+      if (this.sending || !this.pending || this.ended) return;
       this.sending = true;
-      const text = this.pending;
-      this.pending = "";
-      const answer = await post(this.inputUrl, { text: text });
-      this.sending = false;
-      if (answer.status === 429) {
+      // A paste goes in parts the console takes (INPUT_CHUNK_MAX_CHARS), in order.
+      const text = this.pending.slice(0, CHUNK_CHARS);
+      this.pending = this.pending.slice(CHUNK_CHARS);
+      let answer = null;
+      try {
+        answer = await post(this.inputUrl, { text: text });
+      } catch (error) {
+        answer = { ok: false, status: 0, body: { detail: "the console did not answer" } };
+      } finally {
+        this.sending = false;
+      }
+      if (answer.status === 429 || answer.status === 0) {
         this.pending = text + this.pending;
         setTimeout(() => this.flush(), 1000);
+        if (answer.status === 0) say(errorText(answer.body, answer.status));
         return;
       }
       if (!answer.ok) say(errorText(answer.body, answer.status));
@@ -125,5 +135,13 @@
   document.addEventListener("tab:shown", (event) => {
     if (event.detail.name === "terminal" && session) session.resize();
   });
-  window.addEventListener("beforeunload", () => { if (session) session.close(); });
+  // The page going away closes its terminal: a request the browser finishes after the page is gone.
+  window.addEventListener("pagehide", () => {
+    if (!session || session.ended) return;
+    fetch(session.inputUrl, {
+      method: "POST", credentials: "same-origin", keepalive: true,
+      headers: { "Content-Type": "application/json", "X-CSRFToken": window.Console.csrfToken() },
+      body: JSON.stringify({ close: true }),
+    });
+  });
 })();

@@ -29,12 +29,11 @@ def owners_terminal(make_job, owner, monkeypatch):
         return [{"id": "1-0", "kind": "end", "text": "bye"}]
 
     monkeypatch.setattr(shell_channel, "session", lambda session_id: session if session_id == "s1" else None)
-    monkeypatch.setattr(shell_channel, "open_sessions_of", lambda user_id: 0)
-    monkeypatch.setattr(shell_channel, "open_session", lambda *args: session)
+    monkeypatch.setattr(shell_channel, "open_session", lambda *args, **kwargs: session)
     monkeypatch.setattr(shell_channel, "send_input", lambda session_id, text: typed.append(text))
     monkeypatch.setattr(shell_channel, "send_resize", lambda session_id, columns, rows: resized.append((columns, rows)))
     monkeypatch.setattr(shell_channel, "read_output", read_output)
-    monkeypatch.setattr(task_queue, "open_shell", lambda session_id: queued.append(session_id) or True)
+    monkeypatch.setattr(task_queue, "open_shell", lambda session_id, expires: queued.append(session_id) or True)
     return {"job": job, "typed": typed, "resized": resized, "queued": queued}
 
 
@@ -87,7 +86,11 @@ def test_a_failed_job_held_for_a_look_inside_opens_a_terminal(owners_terminal, o
 
 def test_a_user_holding_the_most_terminals_is_told_to_close_one(owners_terminal, owner_api, monkeypatch, settings):
     settings.SHELLS_PER_USER = 2
-    monkeypatch.setattr(shell_channel, "open_sessions_of", lambda user_id: 2)
+
+    def full(*args, **kwargs):
+        raise shell_channel.TooManySessions(2)
+
+    monkeypatch.setattr(shell_channel, "open_session", full)
     status, answer = owner_api(f"/api/v1/training-jobs/{owners_terminal['job'].pk}/shells", {})
     assert status == 429 and "close one first" in answer["detail"]
 
@@ -96,6 +99,7 @@ def test_a_user_holding_the_most_terminals_is_told_to_close_one(owners_terminal,
     ({}, "Send text, a new size"),
     ({"columns": 100}, "needs both columns and rows"),
     ({"text": "x" * (shell_channel.INPUT_CHUNK_MAX_CHARS + 1)}, "no more than"),
+    ({"text": ["ls"]}, "Not a valid string"),
     ({"columns": 100, "rows": 1}, "greater than or equal to"),
 ])
 def test_what_is_sent_to_a_terminal_is_checked_before_it_goes_on(owners_terminal, owner_api, body, words):
@@ -143,7 +147,9 @@ def test_only_a_stream_position_is_taken_as_where_to_resume(cursor, valid):
     ("default-src 'self'; style-src 'self'; script-src 'self'",
      "default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self'"),
     ("default-src 'self'; style-src 'self' 'unsafe-inline'", "default-src 'self'; style-src 'self' 'unsafe-inline'"),
-    ("default-src 'self'", "default-src 'self'"),
+    ("default-src 'self'", "default-src 'self'; style-src 'self' 'unsafe-inline'"),
+    ("default-src 'self'; style-src-elem 'self'", "default-src 'self'; style-src-elem 'self' 'unsafe-inline'; "
+                                                 "style-src 'self' 'unsafe-inline'"),
 ])
 def test_only_the_style_directive_is_loosened_for_the_terminal(policy, expected):
     from console.security import policy_with_inline_styles
@@ -159,6 +165,9 @@ def test_the_owners_job_page_lets_the_terminal_style_itself_and_a_viewers_page_s
     client.force_login(owner)
     policy = client.get(f"/jobs/{job.pk}")["Content-Security-Policy"]
     assert "style-src 'self' 'unsafe-inline'" in policy and "script-src 'self';" in policy
+    finished = make_job(owner=owner, status=JobStatus.COMPLETED)
+    page = client.get(f"/jobs/{finished.pk}")
+    assert "'unsafe-inline'" not in page["Content-Security-Policy"] and b"data-terminal" not in page.content
     viewer = get_user_model().objects.create_user("viewer")
     viewer.user_permissions.add(Permission.objects.get(codename="view_trainingjob"))
     client.force_login(viewer)
