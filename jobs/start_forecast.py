@@ -106,6 +106,10 @@ def queue_sure_starts(state: QueueState, hold_ahead: bool) -> dict[int, datetime
             # First come first served: no later job of this queue has a bound either.
             starts[request.job_id] = None
             continue
+        if request.node_count <= 0:
+            # No node to wait for (a record the form would refuse): it holds nothing up.
+            starts[request.job_id] = floor.get(request.key, now)
+            continue
         if request.key not in serving:
             serving[request.key] = [node.name for node in state.nodes
                                     if node.usable and serves(node, request.spec_id, request.pool_id)]
@@ -144,24 +148,25 @@ def forecast(state: QueueState, job_id: int) -> Forecast:
 
 
 def alternatives_for(state: QueueState, request: Request) -> list[Alternative]:
-    """Fewer nodes, another pool, a shorter auto stop: each only if the dry run starts it."""
+    """Fewer nodes, another pool, a shorter auto stop: each only if the dry run starts it. A waiting job cannot
+    be changed, only submitted again (a Rebuild): each is tried as a new submission, last in its queue."""
     found: list[Alternative] = []
     others = [entry for entry in state.queue if entry.job_id != request.job_id]
 
     def in_place(changed: Request) -> list[Request]:
-        return [changed if entry.job_id == request.job_id else entry for entry in state.queue]
+        return [*others, changed]
 
     for count in range(request.node_count - 1, 0, -1):
         if state.starts(in_place(replace(request, node_count=count)), request.job_id):
             found.append(Alternative(AlternativeKind.FEWER_NODES, ngettext(
-                "with %(count)s node it could start now", "with %(count)s nodes it could start now", count)
+                "submitted again with %(count)s node, it could start now",
+                "submitted again with %(count)s nodes, it could start now", count)
                 % {"count": count}, count, request.pool_id, request.auto_stop_hours))
             break
     for pool_id, pool_name in state.pools.items():
         if pool_id == request.pool_id:
             continue
-        # Sent there, it is a new submission: last in that pool's queue.
-        if state.starts([*others, replace(request, pool_id=pool_id)], request.job_id):
+        if state.starts(in_place(replace(request, pool_id=pool_id)), request.job_id):
             free = sum(1 for node in state.nodes if node.free and serves(node, request.spec_id, pool_id))
             found.append(Alternative(AlternativeKind.OTHER_POOL, ngettext(
                 "%(pool)s has %(free)s free node of this spec: submitted there, it could start now",
@@ -170,10 +175,10 @@ def alternatives_for(state: QueueState, request: Request) -> list[Alternative]:
     hours = longest_backfill_hours(state, request, in_place)
     if hours is not None:
         found.append(Alternative(AlternativeKind.SHORTER_AUTO_STOP, ngettext(
-            "with an auto stop of at most %(hours)s hour it could start now, on free nodes, done before the "
-            "job ahead needs them",
-            "with an auto stop of at most %(hours)s hours it could start now, on free nodes, done before the "
-            "job ahead needs them", hours) % {"hours": hours}, request.node_count, request.pool_id, hours))
+            "submitted again with an auto stop of at most %(hours)s hour, it could start now, on free nodes, "
+            "done before the job ahead needs them",
+            "submitted again with an auto stop of at most %(hours)s hours, it could start now, on free nodes, "
+            "done before the job ahead needs them", hours) % {"hours": hours}, request.node_count, request.pool_id, hours))
     return found
 
 
@@ -197,7 +202,9 @@ def longest_backfill_hours(state: QueueState, request: Request,
 
 def moment_words(moment: datetime, now: datetime) -> str:
     local = timezone.localtime(moment)
-    return local.strftime("%H:%M") if local.date() == timezone.localtime(now).date() else local.strftime("%Y-%m-%d %H:%M")
+    # The console's time zone, named: the page's other times are the browser's own.
+    shown = local.strftime("%H:%M") if local.date() == timezone.localtime(now).date() else local.strftime("%Y-%m-%d %H:%M")
+    return f"{shown} {local.tzname()}"
 
 
 def reason_words(state: QueueState, request: Request, mine: list[NodeFact], ahead: int, never: bool,

@@ -49,7 +49,7 @@ def test_fewer_nodes_and_another_pool_are_proposed_only_when_they_start_now():
     result = forecast(state([request(2, 2, pool_id=10)], nodes, {1: NOW + timedelta(hours=3)}), 2)
     kinds = {alternative.kind: alternative for alternative in result.alternatives}
     assert kinds[AlternativeKind.FEWER_NODES].node_count == 1
-    assert kinds[AlternativeKind.FEWER_NODES].words == "with 1 node it could start now"
+    assert kinds[AlternativeKind.FEWER_NODES].words == "submitted again with 1 node, it could start now"
     assert kinds[AlternativeKind.OTHER_POOL].pool_id == 20
     assert kinds[AlternativeKind.OTHER_POOL].words == (
         "the pool b has 2 free nodes of this spec: submitted there, it could start now")
@@ -105,13 +105,20 @@ def test_every_proposed_alternative_applied_is_started_by_the_dispatch_rule(node
         for alternative in result.alternatives:
             changed = replace(entry, node_count=alternative.node_count, pool_id=alternative.pool_id,
                               auto_stop_hours=alternative.auto_stop_hours)
-            if alternative.kind == AlternativeKind.OTHER_POOL:
-                applied = [other for other in queue if other.job_id != entry.job_id] + [changed]
-            else:
-                applied = [changed if other.job_id == entry.job_id else other for other in queue]
+            # A waiting job is not changed but submitted again: last in its queue.
+            applied = [other for other in queue if other.job_id != entry.job_id] + [changed]
             assert entry.job_id in dry_dispatch(applied, nodes, ends, NOW, slots)
         assert result.latest is None or result.earliest is None or result.earliest <= result.latest
         assert not (result.starts_now and result.never)
         # The forecast's dry run stops at the job: the jobs after it never change whether it starts.
         whole = dry_dispatch(queue, nodes, ends, NOW, slots)
         assert (entry.job_id in whole) == (entry.job_id in dry_dispatch(queue, nodes, ends, NOW, slots, until=entry.job_id))
+
+
+def test_a_record_of_no_nodes_ahead_holds_nothing_up_and_times_name_their_zone():
+    # A node_count of 0 is refused by the form and the API; a record of one ahead must not make the rest unknown.
+    nodes = [node("n0", holder=1), node("n1", holder=1)]
+    alone = forecast(state([request(3, 1, hours=1)], nodes, {1: NOW + timedelta(hours=2)}), 3)
+    behind = forecast(state([request(2, 0), request(3, 1, hours=1)], nodes, {1: NOW + timedelta(hours=2)}), 3)
+    assert behind.latest == alone.latest == NOW + timedelta(hours=2)
+    assert alone.estimate.startswith("by about 14:00 UTC")

@@ -43,8 +43,10 @@ def test_every_alternative_applied_in_the_database_is_started_by_the_dispatcher(
     for alternative in forecast["alternatives"]:
         with transaction.atomic():
             pool = ResourcePool.objects.filter(name=alternative["pool"]).first()
+            # Submitted again: last in its queue.
             TrainingJob.objects.filter(pk=waiting.pk).update(
-                node_count=alternative["node_count"], pool=pool, auto_stop_hours=alternative["auto_stop_hours"])
+                node_count=alternative["node_count"], pool=pool, auto_stop_hours=alternative["auto_stop_hours"],
+                created_at=timezone.now() + timedelta(hours=1))
             assert waiting.pk in dispatch_pending(), alternative["words"]
             transaction.set_rollback(True)
 
@@ -58,8 +60,8 @@ def test_the_estimate_is_the_holders_auto_stop_on_the_job_page_and_in_the_api(sc
     client = Client()
     client.force_login(owner)
     page = client.get(f"/jobs/{waiting.pk}").content.decode()
-    assert 'id="start-forecast"' in page and "with 1 node it could start now" in page
-    assert f"#{holder.pk} (1 node(s)) until about {timezone.localtime(end).strftime('%H:%M')}" in page
+    assert 'id="start-forecast"' in page and "submitted again with 1 node, it could start now" in page
+    assert f"#{holder.pk} (1 node(s)) until about {timezone.localtime(end).strftime('%H:%M %Z')}" in page
     answer = api_client(owner).get(f"/api/v1/training-jobs/{waiting.pk}/start-forecast").json()
     assert answer["waiting"] and answer["position"] == 1 and answer["scheduler"] == "console"
     assert "the pool b has 2 free nodes of this spec: submitted there, it could start now" in [
@@ -83,7 +85,7 @@ def test_tc_show_prints_when_a_waiting_job_may_start_and_what_would_start_it_soo
     job["start_forecast"] = client.get(f"/api/v1/training-jobs/{waiting.pk}/start-forecast").json()
     print_job(job, as_json=False)
     shown = capsys.readouterr().out
-    assert " may start: by about " in shown and "    sooner: with 1 node it could start now" in shown
+    assert " may start: by about " in shown and "    sooner: submitted again with 1 node, it could start now" in shown
 
 
 # A small cluster in the database: nodes of one spec in no pool or one of two pools, some held by running jobs
