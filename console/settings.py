@@ -358,6 +358,11 @@ SHELLS_PER_USER = env_int("SHELLS_PER_USER", 4, minimum=1)
 SHELL_IDLE_SECONDS = env_int("SHELL_IDLE_SECONDS", 1800, minimum=10)
 # A terminal no shells worker took within this long is said to have none (its page stops waiting).
 SHELL_START_SECONDS = env_int("SHELL_START_SECONDS", 30, minimum=1)
+# How long one minute of a failed job's hold for debugging lasts (debug_hold_minutes; the admin maximum is in
+# minutes all the same): 60, but for the tests, which hold a job for seconds.
+DEBUG_HOLD_MINUTE_SECONDS = env_int("DEBUG_HOLD_MINUTE_SECONDS", 60, minimum=1)
+# How long a run waits for a failed or hung job's evidence (ranks' stacks, last lines) before its containers end.
+EVIDENCE_WAIT_SECONDS = env_int("EVIDENCE_WAIT_SECONDS", 30, minimum=1)
 CELERY_WORKER_CONCURRENCY = WORKER_THREADS  # what `celery worker` reads, however it is started
 # How many jobs the console runs at once: the threads of all its worker processes (`make run` starts one).
 # A job past it stays queued with its nodes free, rather than holding nodes while its run waits for a

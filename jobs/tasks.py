@@ -19,7 +19,7 @@ from jobs import backends, notifications
 from jobs.backends import slurm as slurm_backend
 from jobs.logs.progress import redis_connection
 from jobs.models import ConsoleProcess, Node, ResourcePool
-from jobs.runtime import image_prefetch, node_health, reaper, run, shell, takeover
+from jobs.runtime import debug_hold, evidence, image_prefetch, node_health, reaper, run, shell, takeover
 from jobs.runtime.node_health import CheckResult
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,41 @@ def reap_orphaned_jobs() -> list[int]:
             resume_job.delay(job.job_id, job.owner, seen_heartbeat)
     if result.ended:
         dispatch_pending_jobs.delay()
+    # Held failed jobs whose hold is over are ended here too, so a console restarted during a hold still frees them.
+    for job_id in debug_hold.expired_holds():
+        if cache.add(f"console:hold-ending:{job_id}", 1, HOLD_ENDING_SECONDS):
+            end_debug_hold.delay(job_id)
     return result.ended
+
+
+# One evidence bundle taken at a time per job and reason (the run and the watchdog may both ask).
+EVIDENCE_LOCK_SECONDS = 300
+
+
+@shared_task(ignore_result=True)
+def take_evidence(job_id: int, reason: str) -> None:
+    """Take a failed or hung job's evidence bundle (jobs.runtime.evidence), on the control queue."""
+    lock = f"console:evidence:{job_id}:{reason}"
+    if not cache.add(lock, 1, EVIDENCE_LOCK_SECONDS):
+        return
+    try:
+        evidence.take_bundle(job_id, reason)
+    finally:
+        cache.delete(lock)
+
+
+# One end of a hold queued at a time per job: the reaper sees the expired hold on each look until it is ended.
+HOLD_ENDING_SECONDS = 300
+
+
+@shared_task(ignore_result=True)
+def end_debug_hold(job_id: int) -> None:
+    """End a held failed job's containers and free its nodes (jobs.runtime.debug_hold), once its hold is over."""
+    try:
+        if debug_hold.end_hold(job_id):
+            dispatch_pending_jobs.delay()
+    finally:
+        cache.delete(f"console:hold-ending:{job_id}")
 
 
 @shared_task(ignore_result=True)

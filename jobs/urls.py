@@ -1,6 +1,7 @@
 from django.urls import path
 
 from jobs.pages import compare_page as compare_views
+from jobs.pages import evidence as evidence_views
 from jobs.pages import tokens as token_views
 from jobs.pages import views
 from jobs.pages import webhooks as webhook_views
@@ -18,6 +19,8 @@ urlpatterns = [
     path("jobs/<int:pk>/rebuild", views.job_rebuild, name="job-rebuild"),
     path("jobs/<int:pk>/stop", views.job_stop, name="job-stop"),
     path("jobs/<int:pk>/delete", views.job_delete, name="job-delete"),
+    path("jobs/<int:pk>/evidence/<int:bundle_id>.json", evidence_views.job_evidence, name="job-evidence"),
+    path("jobs/<int:pk>/release-hold", evidence_views.job_release_hold, name="job-release-hold"),
     path("capacity", views.capacity, name="capacity"),
     path("tokens", token_views.token_list, name="token-list"),
     path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token-revoke"),

@@ -18,6 +18,7 @@ from jobs.models import (
     Checkpoint,
     CodeDirectory,
     EngineVersion,
+    EvidenceBundle,
     ResourceSpec,
     TrainingJob,
     Worker,
@@ -229,6 +230,22 @@ class AttemptSerializer(serializers.ModelSerializer):
         }
 
 
+# An evidence bundle as a job's detail lists it: each field and what it says.
+EVIDENCE_FIELDS = {
+    "id": "The bundle: its content is at /training-jobs/<job>/evidence/<id>.",
+    "attempt": "The attempt it was taken of (1 for the first).",
+    "reason": "Why it was taken: failure (the job failed) or watchdog (its ranks fell silent).",
+    "taken_at": "When it was taken.",
+}
+
+
+class EvidenceSummarySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EvidenceBundle
+        fields = list(EVIDENCE_FIELDS)
+        extra_kwargs = {name: {"help_text": text} for name, text in EVIDENCE_FIELDS.items()}
+
+
 @extend_schema_field({"oneOf": [{"type": "integer", "minimum": 0, "maximum": SecondsOrOffField.MAX_SECONDS},
                                {"type": "string", "enum": ["off"]}], "nullable": True})
 class SecondsOrOffSerializerField(serializers.Field):
@@ -294,6 +311,9 @@ class TrainingJobSerializer(serializers.ModelSerializer):
         "CHECKPOINTS_IN_DETAIL (20); every one the console keeps is at /training-jobs/<id>/checkpoints."))
     checkpoint_count = serializers.IntegerField(source="checkpoints.count", read_only=True, help_text=(
         "How many checkpoints the console keeps of the job (the newest CHECKPOINTS_KEPT)."))
+    evidence = serializers.SerializerMethodField(help_text=(
+        "The evidence bundles taken when the job failed or its watchdog fired (its owner's only: empty for anyone "
+        "else)."))
     attempts = AttemptSerializer(many=True, read_only=True, help_text=(
         "Each attempt that ended, with the work it lost since its last checkpoint."))
 
@@ -304,13 +324,13 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                   "node_count", "extra_args", "auto_stop_hours", "metrics", "watchdog_seconds", "watchdog_action",
                   "rank_exit_grace_seconds", "max_restarts", "predownload",
                   "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job", "rebuilt_from", "checkpoints",
-                  "checkpoint_count", "attempts",
+                  "checkpoint_count", "attempts", "debug_hold_minutes", "held_until", "evidence",
                   "restart_count", "command_template",
                   "command", "hostfile", "tune_file", "sshd_port", "workers", "exit_code", "stop_reason", "created_at",
                   "started_at", "ended_at", "duration_seconds", "log_line_count", "final_metrics", "waiting_reason", "slurm"]
         read_only_fields = ["id", "status", "status_message", "command_template", "command", "hostfile", "tune_file",
                             "sshd_port", "exit_code", "stop_reason", "created_at", "started_at", "ended_at",
-                            "log_line_count", "restart_count"]
+                            "log_line_count", "restart_count", "held_until"]
         extra_kwargs = {
             "id": {"help_text": "The job's id."},
             "name": {"help_text": "1-64 letters, digits, '-' or '_'."},
@@ -341,6 +361,12 @@ class TrainingJobSerializer(serializers.ModelSerializer):
                                                       "seconds to save a checkpoint; 0 is no notice. At most the "
                                                       "administrator's maximum.", "min_value": 0, "max_value": 86400},
             "checkpoint_signal": {"help_text": "The notice's signal: USR1 (the default), USR2, INT or TERM."},
+            "debug_hold_minutes": {"help_text": "After a failure, keep the job's containers and nodes this many "
+                                                "minutes for a look inside (a terminal), then tear them down; 0 (the "
+                                                "default) tears them down at once. At most the administrator's "
+                                                "maximum.", "min_value": 0, "max_value": 24 * 60},
+            "held_until": {"help_text": "While a failed job's containers and nodes are held for debugging: when the "
+                                        "hold ends; null otherwise."},
             "restart_count": {"help_text": "How many times auto restart has run the job again (MA_RESTART_COUNT)."},
             "command_template": {"help_text": "The background command with its ${VARIABLES}."},
             "command": {"help_text": "The command as run, expanded."},
@@ -357,6 +383,13 @@ class TrainingJobSerializer(serializers.ModelSerializer):
 
     def get_waiting_reason(self, job: TrainingJob) -> str:
         return waiting_reason(job)
+
+    @extend_schema_field(EvidenceSummarySerializer(many=True))
+    def get_evidence(self, job: TrainingJob) -> list:
+        request = self.context.get("request")
+        if request is None or request.user.pk != job.owner_id:
+            return []  # its ranks' output and stacks are the owner's alone
+        return list(EvidenceSummarySerializer(job.evidence_bundles.defer("content"), many=True).data)
 
     def to_representation(self, job: TrainingJob) -> dict:
         shown = super().to_representation(job)

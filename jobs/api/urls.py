@@ -5,7 +5,7 @@ from jobs.api.log_search import TrainingJobLogMatches
 from jobs.api.shells import TrainingJobShellInput, TrainingJobShells, job_shell_output
 from jobs.api.start_forecast import TrainingJobStartForecast
 
-from . import compare, data, events, resources, results, views
+from . import compare, data, events, evidence, resources, results, views
 
 urlpatterns = [
     path("specs", views.SpecList.as_view(), name="api-specs"),
@@ -41,5 +41,9 @@ urlpatterns = [
     path("training-jobs/<int:pk>/checkpoints", results.JobCheckpoints.as_view(), name="api-job-checkpoints"),
     path("training-jobs/<int:pk>/outputs", results.JobOutputs.as_view(), name="api-job-outputs"),
     path("training-jobs/<int:pk>/outputs.tar.gz", results.JobOutputsArchive.as_view(), name="api-job-outputs-archive"),
+    # A failed or hung job's evidence, and the end of a failed job's hold for debugging (its owner's).
+    path("training-jobs/<int:pk>/evidence/<int:bundle_id>", evidence.TrainingJobEvidence.as_view(),
+         name="api-job-evidence"),
+    path("training-jobs/<int:pk>/release-hold", evidence.TrainingJobReleaseHold.as_view(), name="api-job-release-hold"),
     path("training-jobs/<int:pk>/outputs/<path:path>", results.JobOutputDownload.as_view(), name="api-job-output-file"),
 ]

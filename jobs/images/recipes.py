@@ -75,11 +75,16 @@ def _machine() -> str:
     return platform.machine() or "x86_64"
 
 
+# What takes a live rank's Python stacks (`py-spy dump --pid PID`) for a job's evidence (jobs.runtime.evidence).
+PY_SPY = "py-spy==0.4.2"
+
 MPI = ImageRecipe(
     name="mpi",
     version=f"openmpi_4.1-mpi4py-py_3.11-debian_12-{_machine()}",
     packages=("openmpi-bin", "openssh-server", "openssh-client", "python3", "python3-mpi4py", "python3-numpy",
-              "procps", "ca-certificates"),
+              "procps", "ca-certificates", "python3-pip"),
+    # py-spy (its wheel ships the binary): the evidence of a failed or hung job holds each live rank's stacks.
+    wheels=(PY_SPY,),
 )
 
 _RUNTIME = ("openmpi-bin", "openssh-server", "openssh-client", "python3", "python3-pip", "procps", "ca-certificates")
@@ -105,7 +110,7 @@ MINDSPORE = ImageRecipe(
     version=f"mindspore_2.10.0-cpu-py_3.11-debian_12-{_machine()}",
     packages=(*_RUNTIME, "libgomp1"),  # its CPU kernels use OpenMP (the wheel does not bundle libgomp)
     # Without the pin pip takes numpy 2.x, which MindSpore 2.10.0's compiled parts cannot use.
-    wheels=("mindspore==2.10.0", "numpy<2"),
+    wheels=("mindspore==2.10.0", "numpy<2", PY_SPY),
 )
 
 SHIPPED = {recipe.name: recipe for recipe in (MPI, HOROVOD, MINDSPORE)}

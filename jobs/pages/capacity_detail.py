@@ -32,6 +32,8 @@ class JobRef:
     name: str
     owner: str
     visible: bool
+    # A failed job whose containers and nodes are held for debugging: when the hold ends.
+    held_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ class WaitingRow:
 
 def _ref(job: TrainingJob, visible_ids: set[int]) -> JobRef:
     visible = job.pk in visible_ids
-    return JobRef(job.pk, job.name if visible else "", job.owner.get_username() if visible else "", visible)
+    return JobRef(job.pk, job.name if visible else "", job.owner.get_username() if visible else "", visible,
+                  job.held_until if job.is_held_for_debugging else None)
 
 
 def pool_detail(user, pool: ResourcePool | None) -> dict[str, list]:

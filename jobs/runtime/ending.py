@@ -62,12 +62,7 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
         # The attempt's lost work is measured at its end, whichever way it ends (queued again included).
         close_attempt(job_id, message or (f"exit status {exit_code}" if exit_code is not None else outcome),
                       completed=outcome == RunOutcome.EXIT and exit_code == 0)
-        for worker_index, problem in unclean:
-            # Only a node the job still holds: one force-released meanwhile may be another job's by now.
-            Node.objects.filter(workers__job_id=job_id, workers__index=worker_index, allocated_to_id=job_id).update(
-                state=Node.State.NOT_READY, state_message=f"after job {job_id}: {problem}"
-            )
-        release_nodes(job_id)
+        release_after_teardown(job_id, unclean)
         # A stop can come between reading the state and moving it: the job then ends as a stopped one, on
         # the next look. A state that keeps changing under it is not let go: the transaction (the nodes'
         # release with it) is undone, and the job is left to the reaper rather than freed without an end.
@@ -75,6 +70,16 @@ def settle(job_id: int, outcome: str, exit_code: int | None, message: str,
             if end_as(job_id, outcome, exit_code, message):
                 return
         raise IllegalTransition(f"job {job_id}: its end could not be recorded, its state kept changing")
+
+
+def release_after_teardown(job_id: int, unclean: Sequence[tuple[int, str]]) -> None:
+    """Free the job's nodes, keeping out of service each one its teardown could not clean."""
+    for worker_index, problem in unclean:
+        # Only a node the job still holds: one force-released meanwhile may be another job's by now.
+        Node.objects.filter(workers__job_id=job_id, workers__index=worker_index, allocated_to_id=job_id).update(
+            state=Node.State.NOT_READY, state_message=f"after job {job_id}: {problem}"
+        )
+    release_nodes(job_id)
 
 
 def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bool:

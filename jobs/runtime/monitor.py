@@ -27,8 +27,10 @@ from django.utils import timezone
 from jobs.launch.plan import worker_of_rank
 from jobs.logs.store import StoredLogLine, lines_after, service_line
 from jobs.models import JobEvent, JobStatus, LauncherDefaults, LogStream, MetricPoint, StopReason, TrainingJob
+from jobs.results.evidence import REASON_WATCHDOG
 from jobs.results.metrics import MetricExtractor, default_metric_definitions
 from jobs.results.watchdog import watchdog_limit, watchdog_stops
+from jobs.runtime.evidence import queue_evidence
 
 logger = logging.getLogger(__name__)
 
@@ -256,10 +258,14 @@ class RunMonitor:
         ended = self.ended
         silent = sorted(rank for rank, heard in self.last_heard.items()
                         if rank not in ended and (now - heard).total_seconds() > seconds)
+        stops = watchdog_stops(job["watchdog_action"], defaults)
         if silent != self.silent:
             self._record_silence(silent, seconds, now, ended)
+            if silent and not self.silent and not stops:
+                # A warning only: the ranks' stacks are taken while they hang (a stop waits for them itself).
+                queue_evidence(self.job_id, REASON_WATCHDOG)
         self.silent = silent
-        if silent and watchdog_stops(job["watchdog_action"], defaults):
+        if silent and stops:
             ranks = ", ".join(str(rank) for rank in silent)
             return StopRequest(StopReason.WATCHDOG,
                                f"Stopped by the watchdog: rank(s) {ranks} printed nothing for more than {seconds} s")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import asyncssh
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.launch.network_policy import table_name
@@ -46,11 +47,16 @@ def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
     return [f"{name} ({seen[name]})" for name in leftover_names(facts, node_id)]
 
 
+# A worker whose containers are the job's: one of a job not ended yet, or of a failed job held for debugging (its
+# containers stay until the hold ends, jobs.runtime.debug_hold).
+OWNED_BY_A_LIVE_JOB = ~Q(job__status__in=FINAL_STATES) | Q(job__held_until__isnull=False)
+
+
 def leftover_names(facts: NodeFacts, node_id: int) -> list[str]:
     seen = {entry["name"] for entry in facts.get("containers") or []}
     if not seen:
         return []
-    live = set(Worker.objects.filter(node_id=node_id, container_name__in=seen).exclude(job__status__in=FINAL_STATES)
+    live = set(Worker.objects.filter(node_id=node_id, container_name__in=seen).filter(OWNED_BY_A_LIVE_JOB)
                .values_list("container_name", flat=True))
     return sorted(seen - live)
 
@@ -76,7 +82,7 @@ def leftover_policies(node_id: int, tables: list[str]) -> list[str]:
     them. Left there, one would refuse the next job's traffic to its own workers."""
     if not tables:
         return []
-    live = Worker.objects.filter(node_id=node_id).exclude(job__status__in=FINAL_STATES).exclude(container_name="")
+    live = Worker.objects.filter(node_id=node_id).filter(OWNED_BY_A_LIVE_JOB).exclude(container_name="")
     owned = {table_name(name) for name in live.values_list("container_name", flat=True)}
     return sorted(set(tables) - owned)
 

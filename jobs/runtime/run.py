@@ -38,17 +38,21 @@ from jobs.models import (
     JobEvent,
     JobStatus,
     RunOutcome,
+    StopReason,
     TrainingJob,
     Worker,
     WorkerState,
     workers_launch_values,
 )
+from jobs.results.evidence import REASON_FAILURE, REASON_WATCHDOG
 from jobs.results.failure_card import DISK_LIMIT_REASON
 from jobs.results.outputs import OutputsResult, container_path, outputs_root, record_outputs, train_url_of
 from jobs.results.recording import record_failure
 from jobs.results.watchdog import rank_exit_grace
 from jobs.runtime.data_out import store_destination
+from jobs.runtime.debug_hold import is_failure, settle_into_hold
 from jobs.runtime.ending import launched_rank_workers, move, record_teardown, settle, unclean_workers
+from jobs.runtime.evidence import EVIDENCE_POLL_SECONDS, evidence_kept, queue_evidence
 from jobs.runtime.launcher import STOP_GRACE_SECONDS, LaunchCursor, launch
 from jobs.runtime.liveness import RankEnd, WorkerWatch
 from jobs.runtime.monitor import RunMonitor
@@ -301,6 +305,12 @@ class JobRun(RunData):
     async def end(self, outcome: str, exit_code: int | None, message: str, launched: bool,
                   heartbeat: asyncio.Task[None]) -> None:
         """Tear down, explain, settle: the nodes are released even when the explaining fails."""
+        if launched and is_failure(outcome, exit_code) and await in_database(_status, self.job_id) == JobStatus.RUNNING:
+            # Taken while the containers are there: the live ranks' stacks go with them.
+            await self.gather_evidence(REASON_FAILURE, wait=self.ending_containers is None)
+        if launched and self.ending_containers is None and await self.hold_for_debugging(outcome, exit_code, message):
+            heartbeat.cancel()
+            return
         results: list[TeardownResult] = []
         try:
             await in_database(_record_ending, self.job_id, outcome, exit_code, message)
@@ -317,6 +327,35 @@ class JobRun(RunData):
             finally:
                 # If settling failed too, the stale heartbeat hands the job to the reaper.
                 heartbeat.cancel()
+
+    async def gather_evidence(self, reason: str, wait: bool) -> None:
+        """Ask the control queue for the job's evidence (jobs.runtime.evidence); with `wait`, give it up to
+        EVIDENCE_WAIT_SECONDS before going on to end the containers. Nothing here holds the job's end up longer."""
+        try:
+            if await in_database(evidence_kept, self.job_id, reason) or not queue_evidence(self.job_id, reason) \
+                    or not wait:
+                return
+            deadline = time.monotonic() + settings.EVIDENCE_WAIT_SECONDS + settings.SSH_CONNECT_TIMEOUT
+            while time.monotonic() < deadline:
+                await asyncio.sleep(EVIDENCE_POLL_SECONDS)
+                if await in_database(evidence_kept, self.job_id, reason):
+                    return
+            await self.say(f"The {reason} evidence was not taken within {settings.EVIDENCE_WAIT_SECONDS} s; "
+                           "ending the containers without waiting for it")
+        except Exception:  # the job's end goes on without it
+            logger.exception("job %s: asking for its evidence failed", self.job_id)
+
+    async def hold_for_debugging(self, outcome: str, exit_code: int | None, message: str) -> bool:
+        """A failure of a job that asked for a hold: the job ends, its containers and nodes stay (jobs.runtime.debug_hold);
+        False when it is not held, and the run ends it as usual."""
+        try:
+            await in_database(_record_ending, self.job_id, outcome, exit_code, message)
+            await in_database(record_failure, self.job_id, outcome, exit_code, message, dict(self.lost),
+                              self.plan.rank_workers)
+            return await in_database(settle_into_hold, self.job_id, outcome, exit_code, message)
+        except Exception:  # the usual end follows: the nodes are freed whatever happened here
+            logger.exception("job %s: holding it for debugging failed", self.job_id)
+            return False
 
     async def launch_watched(self, cursor: LaunchCursor | None = None) -> int | None:
         """The launch, with the monitor and the worker watch beside it for as long as it runs."""
@@ -508,6 +547,9 @@ class JobRun(RunData):
         """Auto stop and the watchdog stop a job as a user's stop does: every container ended on every node."""
         if not await in_database(move, self.job_id, lambda job: job.begin_console_stop(reason, message)):
             return
+        if reason == StopReason.WATCHDOG:
+            # The hung ranks' stacks, before the notice and the stop change what they are doing.
+            await self.gather_evidence(REASON_WATCHDOG, wait=True)
         await self.end_after_notice(f"{message}; ending the containers on every node")
 
     async def collect_outputs(self) -> None:

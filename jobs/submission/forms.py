@@ -65,7 +65,8 @@ AUTO_STOP_PRESETS = {int(value) for value, _label in AUTO_STOP_CHOICES if value.
 # The page sends these as they are; hyperparameters and variables come as rows (see page_data).
 PAGE_SCALAR_FIELDS = ("name", "description", "engine", "code_dir", "boot_file", "data_url", "train_url", "spec",
                       "pool", "node_count", "extra_args", "auto_stop", "auto_stop_custom", "watchdog_seconds", "watchdog_action",
-                      "rank_exit_grace_seconds", "max_restarts", "predownload", "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job")
+                      "rank_exit_grace_seconds", "max_restarts", "predownload", "checkpoint_grace_seconds", "checkpoint_signal", "resume_from_job",
+                      "debug_hold_minutes")
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:
@@ -199,6 +200,9 @@ class TrainingJobForm(forms.Form):
     # (at most the administrator's maximum) to save a checkpoint. 0 or empty: no notice.
     checkpoint_grace_seconds = forms.IntegerField(min_value=0, max_value=86400, required=False)
     checkpoint_signal = forms.ChoiceField(choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS], required=False)
+    # After a failure, keep the containers and nodes this many minutes for a look inside (at most the
+    # administrator's maximum); 0 or empty: torn down at once.
+    debug_hold_minutes = forms.IntegerField(min_value=0, max_value=24 * 60, required=False)
     # Rebuild's "resume from the last checkpoint": the job (the user's own) whose newest checkpoint this one starts from.
     resume_from_job = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
     # Rebuild: the job (the user's own) this one is a copy of, so the two are seen as one family.
@@ -254,6 +258,7 @@ class TrainingJobForm(forms.Form):
             "predownload": job.predownload,
             "checkpoint_grace_seconds": job.checkpoint_grace_seconds,
             "checkpoint_signal": job.checkpoint_signal,
+            "debug_hold_minutes": job.debug_hold_minutes,
         }
 
     @property
@@ -493,6 +498,12 @@ class TrainingJobForm(forms.Form):
         if grace and grace > most:
             self.add_error("checkpoint_grace_seconds",
                            _("The administrator allows at most %(max)s s of notice before a stop.") % {"max": most})
+        hold = cleaned.get("debug_hold_minutes")
+        longest_hold = LauncherDefaults.current().debug_hold_max_minutes
+        if hold and hold > longest_hold:
+            self.add_error("debug_hold_minutes", _(
+                "The administrator allows a failed job's containers to be kept at most %(max)s minutes.")
+                % {"max": longest_hold})
         rebuilt_from = cleaned.get("rebuilt_from")
         if rebuilt_from and not TrainingJob.objects.filter(pk=rebuilt_from, owner_id=getattr(self.user, "pk", None)).exists():
             self.add_error("rebuilt_from", _("Job %(id)s is not one of yours.") % {"id": rebuilt_from})

@@ -47,6 +47,7 @@ def job_from_form(form: TrainingJobForm, owner=None) -> TrainingJob:
         predownload=bool(data.get("predownload")),
         checkpoint_grace_seconds=data.get("checkpoint_grace_seconds") or 0,
         checkpoint_signal=data.get("checkpoint_signal") or DEFAULT_NOTICE_SIGNAL,
+        debug_hold_minutes=data.get("debug_hold_minutes") or 0,
         resume_source_id=data.get("resume_from_job") or None,
         rebuilt_from_id=data.get("rebuilt_from") or None,
         # Only what the user chose: no metrics means the defaults, no watchdog time or action the administrator's,

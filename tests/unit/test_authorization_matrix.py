@@ -37,6 +37,8 @@ ROUTE_COVERAGE = {
     **{name: "job page" for name in ("job-detail", "job-live", "job-log-download", "job-rebuild")},
     **{name: "job action" for name in ("job-stop", "job-delete", "api-job-stop")},
     **{name: "job terminal" for name in ("api-job-shells", "api-job-shell-input", "api-job-shell-output")},
+    **{name: "job evidence and hold" for name in ("job-evidence", "api-job-evidence", "job-release-hold",
+                                                  "api-job-release-hold")},
     **{name: "visitor refused" for name in (
         "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
         "job-preview", "job-name-taken", "capacity", "token-list", "webhook", "webhook-action")},
@@ -131,6 +133,34 @@ def test_only_the_owner_opens_types_into_or_reads_a_jobs_terminal(client, owners
     assert (opened.status_code, typed.status_code, read) == expected
     assert owners_terminal["typed"] == (["ls\r"] if persona == "owner" else [])
     assert owners_terminal["queued"] == (["s1"] if persona == "owner" else [])
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_only_the_owner_downloads_a_jobs_evidence_or_releases_its_hold(client, make_job, owner, people, persona):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.models import EvidenceBundle
+
+    held_until = timezone.now() + timedelta(minutes=30)
+    job = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=30, held_until=held_until)
+    bundle = EvidenceBundle.objects.create(job=job, attempt=1, reason="failure", content={"command": "python a.py"})
+    user = people[persona]
+    if user:
+        client.force_login(user)
+    page = client.get(f"/jobs/{job.pk}/evidence/{bundle.pk}.json")
+    api = api_get(user, f"/api/v1/training-jobs/{job.pk}/evidence/{bundle.pk}")
+    headers = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(user, 'matrix')[1]}"} if user else {}
+    released = client.post(f"/api/v1/training-jobs/{job.pk}/release-hold", **headers)
+    expected = {"owner": 200, "anonymous": 401}.get(persona, 404)
+    assert (page.status_code, api) == (302 if persona == "anonymous" else expected, expected)
+    assert released.status_code == {"owner": 202, "anonymous": 401}.get(persona, 404)
+    still_held = TrainingJob.objects.get(pk=job.pk).is_held_for_debugging
+    assert still_held == (persona != "owner")
+    if persona != "owner":
+        assert client.post(f"/jobs/{job.pk}/release-hold").status_code in (302, 404)
+        assert TrainingJob.objects.get(pk=job.pk).is_held_for_debugging
 
 
 @pytest.mark.parametrize("persona", PERSONAS)

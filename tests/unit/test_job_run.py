@@ -53,6 +53,8 @@ class FakeNodes:
         monkeypatch.setattr(run, "teardown_all", self.teardown_all)
         monkeypatch.setattr(run, "collect_outputs", self.collect_outputs)
         monkeypatch.setattr(run, "WorkerWatch", self.worker_watch)
+        # The evidence of a failure is the control queue's (jobs.tasks.take_evidence): no broker here, no wait for it.
+        monkeypatch.setattr(run, "queue_evidence", lambda job_id, reason: False)
         self.lose: dict[int, str] = {}  # workers the watch finds lost while mpirun runs
         self.rank_ends: dict[int, RankEnd] = {}  # ranks the watch finds ended (as 0: finished) while the others run
         self.silent: frozenset[int] = frozenset()  # those of them whose node stopped answering

@@ -1,0 +1,155 @@
+"""A failed job held for debugging, and the evidence of a failed or hung job: what is pure, and the run's end with
+only SSH faked (tests/unit/test_job_run.py's FakeNodes): the job ends Failed with its nodes and containers kept,
+and the end of the hold frees them as any end does."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import EvidenceBundle, JobStatus, LauncherDefaults, Node, TrainingJob, Worker
+from jobs.results.evidence import last_lines_by_rank, masked_environment, parse_rank_stacks
+from jobs.runtime import debug_hold, node_health, run
+from jobs.runtime.teardown import TeardownResult
+from jobs.submission.holds import release_hold
+from tests.unit.log_helpers import quiet_redis  # noqa: F401
+from tests.unit.test_job_run import job, nodes, run_job  # noqa: F401 - the fixtures, found by name
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quiet_redis")]
+
+
+@pytest.fixture
+def evidence_asked(monkeypatch):
+    """The evidence the run asks the control queue for (the queue itself is the broker's: not here)."""
+    asked: list[tuple[int, str]] = []
+
+    def queue(job_id: int, reason: str) -> bool:
+        asked.append((job_id, reason))
+        return False
+
+    monkeypatch.setattr(run, "queue_evidence", queue)
+    return asked
+
+
+def test_a_hold_of_n_minutes_ends_n_minutes_after_it_began_in_the_settings_minutes():
+    began = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    assert debug_hold.hold_ends_at(15, began, 60) == datetime(2026, 1, 1, 12, 15, tzinfo=UTC)
+    assert debug_hold.hold_ends_at(3, began, 1) == datetime(2026, 1, 1, 12, 0, 3, tzinfo=UTC)
+
+
+def test_only_a_failure_is_held_never_a_stop_or_a_success():
+    assert debug_hold.is_failure("exit", 1) and debug_hold.is_failure("failed", None) and debug_hold.is_failure("abnormal", None)
+    assert not debug_hold.is_failure("exit", 0) and not debug_hold.is_failure("stopped", None)
+
+
+def test_py_spys_dumps_are_read_per_rank_and_a_failed_dump_says_why():
+    output = ("@@ rank=0 pid=41\nThread 41 (idle): \"MainThread\"\n    wait (train.py:12)\n"
+              "@@ rank=1 pid=42\nError: Permission denied (os error 13)\npy-spy failed: exit status 1\n")
+    stacks = parse_rank_stacks(output)
+    assert [(stack["rank"], stack["pid"], stack["ok"]) for stack in stacks] == [(0, 41, True), (1, 42, False)]
+    assert "wait (train.py:12)" in stacks[0]["stack"]
+    assert stacks[1]["stack"].endswith("py-spy failed: exit status 1")
+    assert parse_rank_stacks("@@ none\n") == []
+
+
+def test_each_ranks_last_lines_are_kept_in_order_and_secrets_are_masked():
+    lines = [(0, "step 1"), (1, "hello"), (0, "step 2"), (0, "step 3")]
+    assert last_lines_by_rank(lines, per_rank=2) == [{"rank": 0, "lines": ["step 2", "step 3"]},
+                                                     {"rank": 1, "lines": ["hello"]}]
+    shown = masked_environment({"API_TOKEN": "abc123secretvalue", "EPOCHS": 3})
+    assert shown["EPOCHS"] == "3" and shown["API_TOKEN"] != "abc123secretvalue"
+
+
+def test_a_hold_longer_than_the_administrators_maximum_is_refused_on_its_field(make_job):
+    from tests.unit.test_forms import page_post
+
+    defaults = LauncherDefaults.current()
+    defaults.debug_hold_max_minutes = 30
+    defaults.save()
+    made = make_job()
+    catalog = {"engine": made.engine_version, "spec": made.spec, "code_dir": made.code_dir}
+    from jobs.submission.forms import TrainingJobForm
+
+    form = TrainingJobForm(page_post(catalog, debug_hold_minutes="31"), user=made.owner)
+    assert not form.is_valid()
+    assert form.errors["debug_hold_minutes"] == [
+        "The administrator allows a failed job's containers to be kept at most 30 minutes."]
+    allowed = TrainingJobForm(page_post(catalog, debug_hold_minutes="30"), user=made.owner)
+    allowed.is_valid()
+    assert "debug_hold_minutes" not in allowed.errors
+
+
+def test_a_failed_job_with_a_hold_ends_failed_keeping_its_nodes_and_containers_then_the_hold_frees_them(
+        nodes, job, evidence_asked, monkeypatch):  # noqa: F811
+    TrainingJob.objects.filter(pk=job.pk).update(debug_hold_minutes=5)
+    nodes.exit_status = 3
+
+    job = run_job(job)
+
+    assert job.status == JobStatus.FAILED and job.is_held_for_debugging
+    assert timedelta(minutes=4) < job.held_until - timezone.now() <= timedelta(minutes=5)
+    assert nodes.teardowns == [], "the containers stay for the hold"
+    assert set(Node.objects.values_list("allocated_to", flat=True)) == {job.pk}
+    assert evidence_asked == [(job.pk, "failure")]
+    assert debug_hold.expired_holds() == [] and not debug_hold.end_hold(job.pk), "a hold that lasts is not ended"
+    # A node check meanwhile does not take the held job's containers for leftovers.
+    worker = Worker.objects.get(job=job, index=0)
+    facts = {"containers": [{"name": worker.container_name, "state": "running"}]}
+    assert node_health.leftover_names(facts, worker.node_id) == []
+
+    TrainingJob.objects.filter(pk=job.pk).update(held_until=timezone.now() - timedelta(seconds=1))
+    torn_down: list[list[int]] = []
+
+    async def teardown_all(workers):
+        torn_down.append([worker.index for worker in workers])
+        return [TeardownResult(worker.index, 0) for worker in workers]
+
+    monkeypatch.setattr(debug_hold, "teardown_all", teardown_all)
+    assert debug_hold.expired_holds() == [job.pk]
+    assert debug_hold.end_hold(job.pk)
+
+    job.refresh_from_db()
+    assert torn_down == [[0, 1]]
+    assert job.status == JobStatus.FAILED and job.held_until is None and not job.is_held_for_debugging
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+    assert node_health.leftover_names(facts, worker.node_id) == [worker.container_name]
+    assert debug_hold.expired_holds() == []
+
+
+def test_a_job_without_a_hold_or_that_succeeds_is_torn_down_at_once(nodes, job, evidence_asked):  # noqa: F811
+    nodes.exit_status = 0
+    TrainingJob.objects.filter(pk=job.pk).update(debug_hold_minutes=5)
+
+    job = run_job(job)
+
+    assert job.status == JobStatus.COMPLETED and job.held_until is None
+    assert nodes.teardowns == [[0, 1]] and evidence_asked == []
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_release_now_is_the_owners_and_ends_the_hold_at_once(make_job, owner, stranger, monkeypatch):
+    queued: list[int] = []
+    monkeypatch.setattr("jobs.submission.holds.end_hold_soon", queued.append)
+    held = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=10,
+                    held_until=timezone.now() + timedelta(minutes=10))
+
+    assert not release_hold(stranger, held.pk)
+    assert TrainingJob.objects.get(pk=held.pk).is_held_for_debugging and queued == []
+    assert release_hold(owner, held.pk)
+    assert not TrainingJob.objects.get(pk=held.pk).is_held_for_debugging and queued == [held.pk]
+    assert debug_hold.expired_holds() == [held.pk], "the reaper's look ends it too, should the queue lose it"
+    assert not release_hold(owner, held.pk), "released once"
+
+
+def test_the_api_shows_a_jobs_evidence_to_its_owner_only(make_job, owner, stranger):
+    from rest_framework.test import APIClient
+
+    failed = make_job(owner=owner, status=JobStatus.FAILED)
+    bundle = EvidenceBundle.objects.create(job=failed, attempt=1, reason="failure", content={"command": "x"})
+    client = APIClient()
+    client.force_authenticate(owner)
+    detail = client.get(f"/api/v1/training-jobs/{failed.pk}").json()
+    assert [item["id"] for item in detail["evidence"]] == [bundle.pk] and detail["held_until"] is None
+    assert client.get(f"/api/v1/training-jobs/{failed.pk}/evidence/{bundle.pk}").json() == {"command": "x"}
+    client.force_authenticate(stranger)
+    assert client.get(f"/api/v1/training-jobs/{failed.pk}/evidence/{bundle.pk}").status_code == 404
