@@ -159,6 +159,8 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
            "OUTPUT_SYNC_SECONDS": "2",
            # A rank that ended on its own while the others wait: the job is failed 10 s later.
            "RANK_EXIT_GRACE_SECONDS": "10",
+           # A failed job's hold for debugging counts seconds, not minutes (the maximum a job may ask is unchanged).
+           "DEBUG_HOLD_MINUTE_SECONDS": "1",
            # The tests load the images they use themselves; a prefetch would copy the others under every test.
            "IMAGE_PREFETCH": "0"}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")

@@ -262,6 +262,11 @@ class TrainingJobForm(forms.Form):
         }
 
     @property
+    def debug_hold_max(self) -> int:
+        """The longest hold for debugging a job may ask for, in minutes (the page's field says it)."""
+        return LauncherDefaults.current().debug_hold_max_minutes
+
+    @property
     def default_watchdog_stops(self) -> bool:
         """What the watchdog does for a job that chose nothing (the page's hint says it)."""
         return LauncherDefaults.current().watchdog_may_stop
