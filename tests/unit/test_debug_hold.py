@@ -153,3 +153,25 @@ def test_the_api_shows_a_jobs_evidence_to_its_owner_only(make_job, owner, strang
     assert client.get(f"/api/v1/training-jobs/{failed.pk}/evidence/{bundle.pk}").json() == {"command": "x"}
     client.force_authenticate(stranger)
     assert client.get(f"/api/v1/training-jobs/{failed.pk}/evidence/{bundle.pk}").status_code == 404
+
+
+def test_a_held_jobs_page_says_so_with_release_now_and_its_evidence_and_the_capacity_page_says_its_nodes_are_held(
+        make_job, owner, stranger, client):
+    from django.test import Client
+
+    from tests.fixtures import add_nodes, cpu_spec
+
+    until = timezone.now() + timedelta(minutes=10)
+    held = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=10, held_until=until)
+    Node.objects.filter(pk__in=[node.pk for node in add_nodes(cpu_spec(), 2)]).update(allocated_to=held)
+    bundle = EvidenceBundle.objects.create(job=held, attempt=1, reason="failure", content={})
+    client.force_login(owner)
+    page = client.get(f"/jobs/{held.pk}").content.decode()
+    assert "Held for debugging" in page and "Release now" in page
+    assert f"/jobs/{held.pk}/evidence/{bundle.pk}.json" in page
+    capacity = client.get("/capacity").content.decode()
+    assert f"held for debugging until {timezone.localtime(until):%H:%M}" in capacity
+    others = Client()
+    others.force_login(stranger)
+    assert f"held for debugging until {timezone.localtime(until):%H:%M}" in others.get("/capacity").content.decode()
+    assert others.get(f"/jobs/{held.pk}/evidence/{bundle.pk}.json").status_code == 404
