@@ -332,8 +332,9 @@ class JobRun(RunData):
         """Ask the control queue for the job's evidence (jobs.runtime.evidence); with `wait`, give it up to
         EVIDENCE_WAIT_SECONDS before going on to end the containers. Nothing here holds the job's end up longer."""
         try:
-            if await in_database(evidence_kept, self.job_id, reason) or not queue_evidence(self.job_id, reason) \
-                    or not wait:
+            # The broker is asked off the event loop: one that is slow to answer must not hold the heartbeat up.
+            if await in_database(evidence_kept, self.job_id, reason) or \
+                    not await asyncio.to_thread(queue_evidence, self.job_id, reason) or not wait:
                 return
             deadline = time.monotonic() + settings.EVIDENCE_WAIT_SECONDS + settings.SSH_CONNECT_TIMEOUT
             while time.monotonic() < deadline:
