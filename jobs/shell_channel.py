@@ -39,6 +39,7 @@ TERMINAL_COLUMNS = (10, 500)
 TERMINAL_ROWS = (4, 200)
 # The web process' readers of terminals each hold a connection while they wait (a blocking XREAD).
 ASYNC_CONNECTIONS_MAX = 1000
+READ_BLOCK_SECONDS_MAX = 20
 
 # Count the user's open sessions (pruning those gone or ended) and add this one, at once: two opens at the same
 # moment cannot both take the last place. KEYS: the user's set; ARGV: the most, the new id, the key prefix, the
@@ -124,7 +125,10 @@ def async_client() -> redis.asyncio.Redis:
     loop = get_running_loop()
     client = _async_clients.get(loop)
     if client is None or client.connection_pool.connection_kwargs.get("port") != _port_of(settings.REDIS_URL):
+        # A reader blocks up to READ_BLOCK_SECONDS_MAX in one XREAD: the socket waits longer than that (redis-py's
+        # default of 5 s would end a quiet terminal's stream as if Redis were gone).
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, decode_responses=True,
+                                              socket_timeout=READ_BLOCK_SECONDS_MAX + 10,
                                               max_connections=ASYNC_CONNECTIONS_MAX)
         _async_clients[loop] = client
     return client
@@ -272,6 +276,7 @@ async def write_end(session_id: str, reason: str) -> None:
 
 async def read_output(session_id: str, after: str, wait_seconds: float) -> list[OutputEntry]:
     """The entries after `after` (a stream id, "0" for all that is kept), waiting up to wait_seconds for one."""
+    wait_seconds = min(wait_seconds, READ_BLOCK_SECONDS_MAX)
     found = await async_client().xread({_key(session_id, "out"): after}, count=200,
                                        block=max(int(wait_seconds * 1000), 1))
     entries: list[OutputEntry] = []

@@ -93,7 +93,7 @@ HOROVOD = ImageRecipe(
     name="horovod",
     version=f"horovod_0.28.1-pytorch_2.13.0-cpu-py_3.11-debian_12-{_machine()}",
     packages=_RUNTIME,
-    wheels=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging"),
+    wheels=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging", PY_SPY),
     source_wheels=(SourceWheel(
         requirement="horovod==0.28.1",
         build_requires=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging", "setuptools", "wheel"),

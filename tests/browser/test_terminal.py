@@ -1,6 +1,6 @@
-"""The job page's terminal in a real Chromium: the owner opens a shell in a running job's worker, types into
-it and reads the answer drawn by xterm.js, with nothing refused by the page's Content-Security-Policy; a
-stranger's page has no terminal."""
+"""The job page's terminal in a real Chromium: the owner opens a shell in a running job's worker, types `ls` and
+`py-spy dump` into it and reads the answers drawn by xterm.js, with nothing refused by the page's
+Content-Security-Policy; a viewer's page has no terminal."""
 
 import re
 
@@ -36,6 +36,11 @@ def test_the_owner_types_ls_into_a_running_jobs_terminal_and_reads_the_answer(pa
     page.keyboard.press("Enter")
     expect(screen).to_contain_text("seen-by-ls", timeout=30_000)
     expect(screen).to_contain_text("sum-42")
+    # A live rank's Python stack, read by py-spy (shipped in the engine images) as the job's own user.
+    page.keyboard.type("clear; py-spy dump --pid $(pgrep -n python)")
+    page.keyboard.press("Enter")
+    expect(screen).to_contain_text("(hang.py:", timeout=30_000)
+    expect(screen).to_contain_text("Python v3")
     page.screenshot(path=screenshots / "job-terminal.png", full_page=True)
     page.click("[data-terminal-close]")
     expect(page.locator("[data-terminal-status]")).to_have_text(re.compile("owner closed it"), timeout=30_000)

@@ -20,7 +20,7 @@ def test_a_recipe_without_wheels_hashes_as_before_the_wheels_existed():
 
 
 def test_the_engine_images_hold_py_spy_for_the_evidence_of_a_failed_job():
-    assert PY_SPY in MPI.wheels and PY_SPY in MINDSPORE.wheels
+    assert PY_SPY in MPI.wheels and PY_SPY in MINDSPORE.wheels and PY_SPY in HOROVOD.wheels
 
 
 def test_the_wheels_depend_on_their_requirements_only():

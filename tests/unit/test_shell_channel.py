@@ -79,3 +79,16 @@ def test_a_relay_that_starts_after_its_reader_gave_up_opens_nothing(channel):
     assert async_to_sync(channel.mark_started)(fresh.id) is True
     # Taken by a relay, the record lasts its lease (renewed while the relay lives), not the wait for one.
     assert channel.sync_client().ttl(f"{channel.PREFIX}:{fresh.id}:meta") > 30 + 30
+
+
+def test_a_reader_waits_on_a_quiet_terminal_longer_than_redis_clients_default_read_timeout(channel):
+    # redis-py's asyncio client gives up reading after 5 s by default: a quiet terminal's stream would end.
+    session = opened(channel)
+
+    async def quiet_read() -> list:
+        try:
+            return await channel.read_output(session.id, "0", 6)
+        finally:
+            await channel.close_async_client()
+
+    assert async_to_sync(quiet_read)() == []
