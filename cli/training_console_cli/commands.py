@@ -41,7 +41,8 @@ SUBMIT_FLAGS = (("--name", "name", str), ("--description", "description", str), 
                 ("--extra-args", "extra_args", str), ("--auto-stop-hours", "auto_stop_hours", int),
                 ("--watchdog-seconds", "watchdog_seconds", int), ("--watchdog-action", "watchdog_action", watchdog_action),
                 ("--rank-exit-grace", "rank_exit_grace_seconds", seconds_or_off),
-                ("--checkpoint-grace", "checkpoint_grace_seconds", int))
+                ("--checkpoint-grace", "checkpoint_grace_seconds", int),
+                ("--debug-hold-minutes", "debug_hold_minutes", int))
 
 
 def client_of(args) -> Client:

@@ -175,3 +175,9 @@ def test_a_held_jobs_page_says_so_with_release_now_and_its_evidence_and_the_capa
     others.force_login(stranger)
     assert f"held for debugging until {timezone.localtime(until):%H:%M}" in others.get("/capacity").content.decode()
     assert others.get(f"/jobs/{held.pk}/evidence/{bundle.pk}.json").status_code == 404
+
+
+def test_tc_submit_takes_a_hold_in_minutes():
+    from training_console_cli.main import parser
+
+    assert parser().parse_args(["submit", "--debug-hold-minutes", "15"]).debug_hold_minutes == 15
