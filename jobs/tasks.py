@@ -121,11 +121,18 @@ HOLD_ENDING_SECONDS = 300
 
 @shared_task(ignore_result=True)
 def end_debug_hold(job_id: int) -> None:
-    """End a held failed job's containers and free its nodes (jobs.runtime.debug_hold), once its hold is over."""
+    """End a held failed job's containers and free its nodes (jobs.runtime.debug_hold), once its hold is over.
+    One at a time per job, whoever queued it (the reaper, or "release now"): two teardowns at once would record
+    twice and reach nodes already given to another job."""
+    # In Redis, not the process' cache: every control worker process sees it.
+    ending = redis_connection().lock(f"console:hold-end:{job_id}", timeout=HOLD_ENDING_SECONDS)
+    if not ending.acquire(blocking=False):
+        return  # another task is ending it; the reaper looks again while it is still held
     try:
         if debug_hold.end_hold(job_id):
             dispatch_pending_jobs.delay()
     finally:
+        ending.release()
         cache.delete(f"console:hold-ending:{job_id}")
 
 

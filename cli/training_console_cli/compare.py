@@ -10,16 +10,22 @@ def _cell(value) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
+    return printable(str(value))
+
+
+def printable(text: str) -> str:
+    """The text on one line with no control character left to act on the terminal (a job's own values, or
+    another's the user may see, may hold escape sequences): each shown as its escape."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def comparison_text(answer: dict) -> str:
     """The comparison as a plain table: one column per job."""
     runs = answer["runs"]
-    header = ["", *(f"#{run['id']} {run['name']}" for run in runs)]
-    rows = [header, ["state", *(run["status"] for run in runs)]]
-    rows += [[f"{row['section']}: {row['key']}", *map(_cell, row["values"])] for row in answer["differences"]]
-    rows += [[row["name"], *map(_cell, row["values"])] for row in answer["finals"]]
+    header = ["", *(printable(f"#{run['id']} {run['name']}") for run in runs)]
+    rows = [header, ["state", *(printable(run["status"]) for run in runs)]]
+    rows += [[printable(f"{row['section']}: {row['key']}"), *map(_cell, row["values"])] for row in answer["differences"]]
+    rows += [[printable(row["name"]), *map(_cell, row["values"])] for row in answer["finals"]]
     widths = [max(len(str(row[column])) for row in rows) for column in range(len(header))]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     if not answer["differences"]:

@@ -53,7 +53,7 @@ def compare_ids(given: list[str], minimum: int = MIN_RUNS, maximum: int = MAX_RU
             if not word:
                 continue
             digits = word.removeprefix("#")
-            if not digits.isdigit() or len(digits) > 18 or int(digits) == 0:
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > 18 or int(digits) == 0:
                 raise CompareIdsError(_("%(word)s is not a job id.") % {"word": word[:40]})
             if int(digits) not in ids:
                 ids.append(int(digits))

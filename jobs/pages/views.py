@@ -106,7 +106,9 @@ def job_bulk(request):
                     stop_visible_job(request.user, job.pk)
                 elif action == "delete":
                     ensure_may(request.user, job, DELETE_OTHERS)
-                    if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()[0]:
+                    # A failed job held for debugging still has containers and nodes: its hold ends first.
+                    if not TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES,
+                                                      held_until__isnull=True).delete()[0]:
                         raise IllegalTransition(job.status)
                     transaction.on_commit(partial(shutil.rmtree, outputs_root(job.pk), ignore_errors=True))
                 else:
@@ -288,8 +290,13 @@ def job_delete(request, pk):
     except PermissionDenied as refusal:
         messages.error(request, str(refusal))
         return redirect("job-detail", pk=pk)
-    # Conditional on the state in the database, so a job that is still running is never deleted.
-    deleted, _by_model = TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES).delete()
+    # Conditional on the state in the database, so a job that is still running is never deleted, nor one whose
+    # containers and nodes are held for debugging (deleting it would free nodes its containers still use).
+    deleted, _by_model = TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES,
+                                                    held_until__isnull=True).delete()
+    if not deleted and job.held_until is not None:
+        messages.error(request, _("Job %(name)s is held for debugging: release it first.") % {"name": job.name})
+        return redirect("job-detail", pk=pk)
     if not deleted:
         messages.error(request, _("Only finished jobs can be deleted; stop job %(name)s first.") % {"name": job.name})
         return redirect("job-detail", pk=pk)

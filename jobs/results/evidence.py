@@ -20,6 +20,8 @@ REASON_FAILURE = "failure"
 REASON_WATCHDOG = "watchdog"
 # The header the stacks script prints before each rank's dump (node_scripts/rank-stacks.sh).
 RANK_HEADER = re.compile(r"^@@ rank=(\d+) pid=(\d+)$")
+# Each line of a dump, as the stacks script passes it on (jobs/runtime/node_scripts/rank-stacks.sh).
+DUMP_LINE = "| "
 
 
 class RankLastLines(TypedDict):
@@ -63,16 +65,21 @@ class EvidenceContent(TypedDict):
 def parse_rank_stacks(output: str) -> list[RankStack]:
     """The stacks script's output: per live Python rank, a header then py-spy's dump (or why it failed)."""
     stacks: list[RankStack] = []
+    failed: list[bool] = []
     for line in output.splitlines():
-        header = RANK_HEADER.match(line.strip())
+        header = RANK_HEADER.match(line)
         if header:
             stacks.append(RankStack(rank=int(header.group(1)), pid=int(header.group(2)), ok=True, stack=""))
-        elif stacks:
+            failed.append(False)
+        elif stacks and line.startswith(DUMP_LINE):
+            # What py-spy printed (a rank's own words among it: never taken for the script's).
+            stacks[-1]["stack"] += line.removeprefix(DUMP_LINE) + "\n"
+        elif stacks and line.startswith("py-spy failed"):
             stacks[-1]["stack"] += line + "\n"
-    for stack in stacks:
+            failed[-1] = True
+    for stack, dump_failed in zip(stacks, failed, strict=True):
         text = stack["stack"].strip()
-        failed = text.startswith("py-spy failed") or "\npy-spy failed" in text
-        stack["ok"] = not failed and bool(text)
+        stack["ok"] = not dump_failed and bool(text)
         stack["stack"] = text[:STACK_MAX_CHARS] or "py-spy printed nothing"
     return stacks
 

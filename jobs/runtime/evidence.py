@@ -14,12 +14,13 @@ from jobs.launch.plan import WorkerPlan, worker_plans
 from jobs.models import EvidenceBundle, TrainingJob, workers_launch_values
 from jobs.results.evidence import WorkerStacks, evidence_content, has_bundle, keep_bundle, parse_rank_stacks
 from jobs.results.recording import launched_rank_workers
+from jobs.runtime.containers import JOB_UID
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
 STACKS_SCRIPT = (NODE_SCRIPTS / "rank-stacks.sh").read_text()
-# The seconds one rank's dump may take (py-spy pauses the rank while it reads it).
-DUMP_SECONDS = 10
+# The seconds the connection keeps beyond the script's own budget (SSH, podman exec, the output).
+SCRIPT_SLACK_SECONDS = 8
 # How often a run looks whether the evidence it asked for is kept yet.
 EVIDENCE_POLL_SECONDS = 0.5
 
@@ -30,8 +31,11 @@ async def worker_stacks(worker: WorkerPlan, budget: float) -> WorkerStacks:
     try:
         connection = await connect(worker.node)
         async with connection:
+            # The script shares out its own budget among the dumps, so its output (partial stacks included)
+            # comes back before the connection's timeout; it runs as the job's user, never the image's default.
             result = await connection.run(
-                shlex.join(["podman", "exec", "-i", worker.container_name, "sh", "-s", "--", str(DUMP_SECONDS)]),
+                shlex.join(["podman", "exec", "-i", "--user", f"{JOB_UID}:{JOB_UID}", worker.container_name,
+                            "sh", "-s", "--", str(max(int(budget) - SCRIPT_SLACK_SECONDS, 2))]),
                 input=STACKS_SCRIPT, check=False, timeout=budget)
     except NodeError as error:
         stacks["problem"] = str(error)

@@ -103,6 +103,8 @@ class RunMonitor:
         # are never silent. Replaced whole in the event loop, read in the database thread.
         self.ended: frozenset[int] = frozenset()
         self.stop_task: asyncio.Task[None] | None = None
+        # The watchdog warned: the ranks' evidence is asked for once, off the database thread.
+        self.evidence_wanted = False
 
     async def run(self) -> None:
         while True:
@@ -118,6 +120,9 @@ class RunMonitor:
                     await self.on_raised(*self.raised_news.popleft())
                 except Exception:  # the database briefly away: the monitor (and the stops it carries out) goes on
                     logger.exception("job %s: recording a rank that raised failed", self.job_id)
+            if self.evidence_wanted:
+                self.evidence_wanted = False
+                await asyncio.to_thread(queue_evidence, self.job_id, REASON_WATCHDOG)
             if request and self.stop_task is None:
                 # Its own task: the teardown it starts must not be cut short when the monitor is cancelled.
                 self.stop_task = asyncio.create_task(self.request_stop(request.reason, request.message))
@@ -262,8 +267,9 @@ class RunMonitor:
         if silent != self.silent:
             self._record_silence(silent, seconds, now, ended)
             if silent and not self.silent and not stops:
-                # A warning only: the ranks' stacks are taken while they hang (a stop waits for them itself).
-                queue_evidence(self.job_id, REASON_WATCHDOG)
+                # A warning only: the ranks' stacks are taken while they hang (a stop waits for them itself). Asked
+                # from the event loop: a broker that stalls must not hold this thread, the run's heartbeat's too.
+                self.evidence_wanted = True
         self.silent = silent
         if silent and stops:
             ranks = ", ".join(str(rank) for rank in silent)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import asyncssh
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs.launch.network_policy import table_name
@@ -47,9 +47,11 @@ def leftover_containers(facts: NodeFacts, node_id: int) -> list[str]:
     return [f"{name} ({seen[name]})" for name in leftover_names(facts, node_id)]
 
 
-# A worker whose containers are the job's: one of a job not ended yet, or of a failed job held for debugging (its
-# containers stay until the hold ends, jobs.runtime.debug_hold).
-OWNED_BY_A_LIVE_JOB = ~Q(job__status__in=FINAL_STATES) | Q(job__held_until__isnull=False)
+# A worker whose containers are the job's: one of a job not ended yet, or of a failed job held for debugging on a
+# node it still holds (its containers stay until the hold ends, jobs.runtime.debug_hold; a node force released
+# from under a hold is cleaned like any other).
+OWNED_BY_A_LIVE_JOB = ~Q(job__status__in=FINAL_STATES) | Q(job__held_until__isnull=False,
+                                                            node__allocated_to=F("job"))
 
 
 def leftover_names(facts: NodeFacts, node_id: int) -> list[str]:

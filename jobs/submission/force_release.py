@@ -45,6 +45,10 @@ def force_release_node(node: Node, user) -> None:
     holder = node.allocated_to
     if holder is not None and holder.status not in FINAL_STATES:
         raise IllegalTransition(f"job {holder.pk} ({holder.status}) still holds it: force release the job instead")
+    if holder is not None and holder.held_until is not None:
+        # Its containers still run there: the hold's end tears them down, then frees the node.
+        raise IllegalTransition(f"job {holder.pk} holds it for debugging until {holder.held_until:%H:%M} UTC: "
+                                "release the hold on the job's page (or wait for its end) instead")
     by = user.get_username()
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(

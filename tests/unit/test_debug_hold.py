@@ -43,10 +43,13 @@ def test_only_a_failure_is_held_never_a_stop_or_a_success():
 
 
 def test_py_spys_dumps_are_read_per_rank_and_a_failed_dump_says_why():
-    output = ("@@ rank=0 pid=41\nThread 41 (idle): \"MainThread\"\n    wait (train.py:12)\n"
-              "@@ rank=1 pid=42\nError: Permission denied (os error 13)\npy-spy failed: exit status 1\n")
+    output = ("@@ rank=0 pid=41\n| Thread 41 (idle): \"MainThread\"\n|     wait (train.py:12)\n"
+              "| @@ rank=7 pid=1\n| py-spy failed: a thread's own name\n"
+              "@@ rank=1 pid=42\n| Error: Permission denied (os error 13)\npy-spy failed: exit status 1\n")
     stacks = parse_rank_stacks(output)
+    # A rank's own words (a thread named like a header, or like a failure) stay inside its dump.
     assert [(stack["rank"], stack["pid"], stack["ok"]) for stack in stacks] == [(0, 41, True), (1, 42, False)]
+    assert "@@ rank=7 pid=1" in stacks[0]["stack"]
     assert "wait (train.py:12)" in stacks[0]["stack"]
     assert stacks[1]["stack"].endswith("py-spy failed: exit status 1")
     assert parse_rank_stacks("@@ none\n") == []
@@ -96,6 +99,18 @@ def test_a_failed_job_with_a_hold_ends_failed_keeping_its_nodes_and_containers_t
     worker = Worker.objects.get(job=job, index=0)
     facts = {"containers": [{"name": worker.container_name, "state": "running"}]}
     assert node_health.leftover_names(facts, worker.node_id) == []
+    # Neither a delete nor a force release of one of its nodes frees nodes its containers still use.
+    from django.test import Client
+
+    from jobs.models import IllegalTransition
+    from jobs.submission.force_release import force_release_node
+
+    client = Client()
+    client.force_login(job.owner)
+    assert client.post(f"/jobs/{job.pk}/delete").status_code == 302 and TrainingJob.objects.filter(pk=job.pk).exists()
+    with pytest.raises(IllegalTransition, match="holds it for debugging"):
+        force_release_node(worker.node, job.owner)
+    assert set(Node.objects.values_list("allocated_to", flat=True)) == {job.pk}
 
     TrainingJob.objects.filter(pk=job.pk).update(held_until=timezone.now() - timedelta(seconds=1))
     torn_down: list[list[int]] = []
@@ -114,6 +129,17 @@ def test_a_failed_job_with_a_hold_ends_failed_keeping_its_nodes_and_containers_t
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert node_health.leftover_names(facts, worker.node_id) == [worker.container_name]
     assert debug_hold.expired_holds() == []
+    assert client.post(f"/jobs/{job.pk}/delete").status_code == 302 and not TrainingJob.objects.filter(pk=job.pk).exists()
+
+
+def test_a_held_jobs_container_on_a_node_it_no_longer_holds_is_a_leftover(nodes, job, evidence_asked):  # noqa: F811
+    TrainingJob.objects.filter(pk=job.pk).update(debug_hold_minutes=5)
+    nodes.exit_status = 3
+    job = run_job(job)
+    worker = Worker.objects.get(job=job, index=0)
+    Node.objects.filter(pk=worker.node_id).update(allocated_to=None)
+    facts = {"containers": [{"name": worker.container_name, "state": "running"}]}
+    assert node_health.leftover_names(facts, worker.node_id) == [worker.container_name]
 
 
 def test_a_job_without_a_hold_or_that_succeeds_is_torn_down_at_once(nodes, job, evidence_asked):  # noqa: F811

@@ -25,6 +25,7 @@ def test_ids_are_read_from_commas_spaces_and_hashes_in_the_order_given_each_once
 
 @pytest.mark.parametrize("given, words", [(["3"], "1 given"), ([",".join(map(str, range(1, 12)))], "11 given"),
                                           (["3,abc"], "abc is not a job id"), (["3,0"], "0 is not a job id"),
+                                          (["3,²"], "² is not a job id"), (["3,٣4"], "٣4 is not a job id"),
                                           ([], "0 given")])
 def test_too_few_too_many_or_a_word_that_is_not_an_id_is_refused_saying_why(given, words):
     with pytest.raises(CompareIdsError, match=words):
@@ -188,3 +189,12 @@ def test_anothers_job_bad_ids_or_too_many_are_a_clear_error_never_a_500(client, 
     assert api_unseen.status_code == 404 and f"#{theirs.pk}" in api_unseen.json()["ids"][0]
     assert api_bad.status_code == 400 and "x is not a job id" in api_bad.json()["ids"][0]
     assert api_rank.status_code == 400 and "rank" in api_rank.json()
+
+
+def test_tc_compare_shows_a_value_with_escape_sequences_as_their_escapes_on_one_line():
+    answer = {"runs": [{"id": 1, "name": "a", "status": "Completed"}, {"id": 2, "name": "b\x1b[2J", "status": "Failed"}],
+              "differences": [{"section": "environment", "key": "NOTE", "values": ["x\ny", "\x1b]0;owned\x07"]}],
+              "finals": []}
+    text = comparison_text(answer)
+    assert "\x1b" not in text and "\x07" not in text and "x\\ny" in text and "\\x1b]0;owned\\x07" in text
+    assert len(text.splitlines()) == 3
