@@ -75,15 +75,16 @@ def console_running(tmp_path: Path, **env_overrides: str):
 def test_the_console_starts_a_killed_worker_again_and_keeps_one_beat(tmp_path):
     after: dict[int, str] = {}
     with console_running(tmp_path) as (console, web_port):
-        before = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 2
-                            and role(c, "beat") and c, 30, "the two workers (runs, control) and beat did not start")
+        before = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 3
+                            and role(c, "beat") and c, 30,
+                            "the three workers (runs, control, shells) and beat did not start")
         [beat] = role(before, "beat")
         [worker] = [pid for pid in role(before, "worker") if "--queues runs" in before[pid]]
         [control] = [pid for pid in role(before, "worker") if "--queues control" in before[pid]]
 
         os.kill(worker, signal.SIGKILL)
 
-        after = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 2
+        after = wait_until(lambda: (c := children_of(console.pid)) and len(role(c, "worker")) == 3
                            and worker not in role(c, "worker") and c, 30, "the killed worker was not started again")
         assert console.poll() is None, "the console stopped"
         assert control in role(after, "worker"), "the control worker runs on"
@@ -134,7 +135,7 @@ def test_the_console_kills_a_hung_beat_or_worker_and_starts_it_again_and_the_cap
                               HUNG_LIMIT + 15, "the hung beat was not started again")
         assert time.monotonic() - stopped_at >= HUNG_LIMIT - 2, "beat was killed before it was silent for the limit"
         assert not alive(beat), "the hung beat was left behind"
-        assert console.poll() is None and len(role(children_of(console.pid), "worker")) == 2
+        assert console.poll() is None and len(role(children_of(console.pid), "worker")) == 3
         log = (tmp_path / "runconsole.log").read_text()
         assert re.search(rf"celery beat silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it", log)
         assert "celery beat exited with -9; starting it again in 1 s" in log
