@@ -2,7 +2,7 @@
 their final metrics and durations); --json prints the API's answer, the metric series included."""
 
 from .api import Client
-from .documents import dumps
+from .documents import CELL_CONTROLS, dumps, visible
 
 
 def _cell(value) -> str:
@@ -14,9 +14,9 @@ def _cell(value) -> str:
 
 
 def printable(text: str) -> str:
-    """The text on one line with no control character left to act on the terminal (a job's own values, or
-    another's the user may see, may hold escape sequences): each shown as its escape."""
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+    """A cell on its line with no control left to act on the terminal: a job's values (or another's the user may
+    see) may hold escape sequences."""
+    return visible(text, CELL_CONTROLS)
 
 
 def comparison_text(answer: dict) -> str:

@@ -20,7 +20,18 @@ READ_ONLY_FIELDS = {"id", "owner", "status", "status_message", "spec_display", "
 SKIPPED_IN_CODE = {".git", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 MPIRUN_LINE_PREFIX = "[mpirun] "
 SERVICE_LOG_PREFIX = "[ModelArts Service Log]"
-CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+# What a terminal would act on rather than show: C0 controls but tab, DEL, and C1 (\x9b starts a control
+# sequence as ESC [ does); the same as the console's log files (jobs.logs.store.TERMINAL_CONTROLS).
+CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# The same, tab and newlines included, for a value that must stay on its line (a table's cell).
+CELL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(text: str, controls: re.Pattern[str] = CONTROLS) -> str:
+    """The text with each terminal control written as its escape (\\x1b), so a job's text cannot act on the
+    terminal it is printed to."""
+    return controls.sub(lambda match: f"\\x{ord(match.group()):02x}" if ord(match.group()) < 0x100
+                        else f"\\u{ord(match.group()):04x}", text)
 
 
 def load_document(path: str) -> dict:
@@ -102,7 +113,7 @@ def zipped_folder(folder: Path, top: str) -> IO[bytes]:
 def line_text(line: dict) -> str:
     """A log line as the console's log files show it: the platform's lines marked, ranks tagged, terminal
     controls made visible."""
-    text = CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", str(line.get("text", "")))
+    text = visible(str(line.get("text", "")))
     if line.get("stream") == "system":
         return f"{SERVICE_LOG_PREFIX}{text}"
     if line.get("rank") is not None:

@@ -67,6 +67,13 @@ def test_a_rebuild_sends_the_writable_fields_only():
 def test_log_lines_are_shown_as_the_consoles_files_show_them_with_controls_made_visible():
     assert line_text({"stream": "system", "rank": None, "text": "up"}) == "[ModelArts Service Log]up"
     assert line_text({"stream": "stdout", "rank": 2, "text": "loss=1\x1b[2J"}) == "[rank 2] loss=1\\x1b[2J"
+    # The same controls as the console's log files make visible (a C1 CSI too), tabs kept.
+    from training_console_cli.documents import CONTROLS
+
+    from jobs.logs.store import TERMINAL_CONTROLS
+
+    assert CONTROLS.pattern == TERMINAL_CONTROLS.pattern
+    assert line_text({"stream": "stdout", "rank": 0, "text": "a\tb\x9b2J"}) == "[rank 0] a\tb\\x9b2J"
     assert line_text({"stream": "stderr", "rank": None, "text": "[ModelArts Service Log]forged"}) == (
         "[mpirun] [ModelArts Service Log]forged"), "an untagged line is mpirun's, never the platform's"
 

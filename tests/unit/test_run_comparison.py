@@ -196,5 +196,5 @@ def test_tc_compare_shows_a_value_with_escape_sequences_as_their_escapes_on_one_
               "differences": [{"section": "environment", "key": "NOTE", "values": ["x\ny", "\x1b]0;owned\x07"]}],
               "finals": []}
     text = comparison_text(answer)
-    assert "\x1b" not in text and "\x07" not in text and "x\\ny" in text and "\\x1b]0;owned\\x07" in text
+    assert "\x1b" not in text and "\x07" not in text and "x\\x0ay" in text and "\\x1b]0;owned\\x07" in text
     assert len(text.splitlines()) == 3
