@@ -207,3 +207,34 @@ def test_tc_submit_takes_a_hold_in_minutes():
     from training_console_cli.main import parser
 
     assert parser().parse_args(["submit", "--debug-hold-minutes", "15"]).debug_hold_minutes == 15
+
+
+def test_the_stacks_script_keeps_to_its_budget_however_many_ranks_hang(tmp_path):
+    """rank-stacks.sh against real processes of this machine and a py-spy that never answers: it ends within
+    its budget (and the kill's grace), each rank said, those left without time said so."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from jobs.runtime.evidence import STACKS_SCRIPT
+
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    ranks = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, "OMPI_COMM_WORLD_RANK": str(rank)}) for rank in range(4)]
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        done = subprocess.run(["sh", "-s", "--", "3"], input=STACKS_SCRIPT, capture_output=True, text=True,
+                              env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        for rank in ranks:
+            rank.kill()
+    stacks = [stack for stack in parse_rank_stacks(done.stdout) if stack["pid"] in {rank.pid for rank in ranks}]
+    assert sorted(stack["rank"] for stack in stacks) == [0, 1, 2, 3]
+    assert not any(stack["ok"] for stack in stacks)
+    assert any("no time left" in stack["stack"] for stack in stacks)
+    assert took < 3 + 2 + 2, f"the script took {took:.1f} s for a budget of 3 s"

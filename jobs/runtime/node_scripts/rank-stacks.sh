@@ -24,6 +24,9 @@ for dir in /proc/[0-9]*; do
   [ "$count" -ge "$MAX_RANKS" ] && break
 done
 [ "$count" -gt 0 ] || { echo "@@ none"; exit 0; }
+# Each dump gets its share, and none outlasts the whole budget: the output comes back before the caller's
+# timeout, however many ranks there are (a rank left without time says so).
+deadline=$(( $(date +%s) + budget ))
 each=$((budget / count))
 [ "$each" -ge 2 ] || each=2
 for entry in $ranks; do
@@ -34,6 +37,12 @@ for entry in $ranks; do
     echo "py-spy failed: it is not installed in this image"
     continue
   fi
+  left=$((deadline - $(date +%s)))
+  if [ "$left" -lt 1 ]; then
+    echo "py-spy failed: no time left of the ${budget} s the stacks may take"
+    continue
+  fi
+  [ "$each" -le "$left" ] || each=$left
   # The dump's lines go out behind "| ", so nothing a rank prints (a thread's name) can pass for a header
   # or for this script's own words.
   out=$(mktemp)
