@@ -382,6 +382,9 @@ NODE_CACHE_GB = env_int("NODE_CACHE_GB", 20, minimum=0)
 # While a job runs, what it wrote under its train_url's local folder is uploaded this often (and once more
 # when it ends, whichever way).
 OUTPUT_SYNC_SECONDS = env_int("OUTPUT_SYNC_SECONDS", 60, minimum=1)
+# A file of the output larger than this goes to the store in parts of this size (a multipart upload: one PUT takes
+# at most 5 GiB), grown where a file would need more than 10,000 of them. S3's smallest part is 5 MiB.
+OUTPUT_PART_BYTES = env_int("OUTPUT_PART_BYTES", 64 * 1024 * 1024, minimum=5 * 1024 * 1024)
 # The most a stop waits for that last upload before it ends the containers.
 OUTPUT_FINAL_SYNC_SECONDS = env_int("OUTPUT_FINAL_SYNC_SECONDS", 300, minimum=5)
 # A rank that ended on its own, not as 0, while the others go on (a rank that raised while the others wait in

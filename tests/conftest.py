@@ -157,6 +157,8 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
            "WORKER_PROBE_SECONDS": "2", "RESOURCE_SAMPLE_SECONDS": "2",
            # A job's object-store output is uploaded every 2 s, so a stop's test sees uploads under way.
            "OUTPUT_SYNC_SECONDS": "2",
+           # And a file of the output larger than 5 MiB (the smallest part a store takes) goes in parts.
+           "OUTPUT_PART_BYTES": str(5 * 1024 * 1024),
            # A rank that ended on its own while the others wait: the job is failed 10 s later.
            "RANK_EXIT_GRACE_SECONDS": "10",
            # A failed job's hold for debugging counts seconds, not minutes (the maximum a job may ask is unchanged).

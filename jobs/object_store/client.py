@@ -140,3 +140,42 @@ class ObjectStore:
     def presigned_put(self, bucket: str, key: str, expires_s: int) -> str:
         return str(self.client.generate_presigned_url(
             "put_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires_s))
+
+    # A file too large for one PUT (S3 and OBS take at most 5 GiB that way) goes in parts: the console opens the
+    # upload and signs one URL a part, the node PUTs the parts and hands back their ETags, the console completes
+    # it, or aborts it so that no part is left taking room in the store.
+
+    def start_multipart(self, bucket: str, key: str) -> str:
+        """A new multipart upload's id."""
+        try:
+            return str(self.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"])
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise _words(error, f"{bucket}/{key}") from error
+
+    def presigned_part(self, bucket: str, key: str, upload_id: str, number: int, expires_s: int) -> str:
+        return str(self.client.generate_presigned_url(
+            "upload_part", Params={"Bucket": bucket, "Key": key, "UploadId": upload_id, "PartNumber": number},
+            ExpiresIn=expires_s))
+
+    def complete_multipart(self, bucket: str, key: str, upload_id: str, etags: list[str]) -> None:
+        """Join the parts, numbered from 1 in the order of `etags`, into the object."""
+        parts = [{"PartNumber": number, "ETag": etag} for number, etag in enumerate(etags, start=1)]
+        try:
+            self.client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                                  MultipartUpload={"Parts": parts})
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise _words(error, f"{bucket}/{key}") from error
+
+    def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise _words(error, f"{bucket}/{key}") from error
+
+    def open_multipart_uploads(self, bucket: str, prefix: str) -> list[tuple[str, str]]:
+        """(key, upload id) of the uploads under prefix that were neither completed nor aborted."""
+        try:
+            answer = self.client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as error:
+            raise _words(error, f"{bucket}/{prefix}") from error
+        return [(str(item["Key"]), str(item["UploadId"])) for item in answer.get("Uploads", [])]

@@ -16,9 +16,11 @@ import logging
 import shlex
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import asyncssh
+from django.conf import settings
 
 from jobs.launch.data_paths import local_path, object_url_of
 from jobs.launch.network_policy import AllowedDestination
@@ -27,6 +29,7 @@ from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
 from jobs.object_store.access import Reach, reach
 from jobs.object_store.client import StoreError
+from jobs.object_store.parts import PartPlan, part_plan, parts_taken
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
 from jobs.results.outputs import FoundFile, OutputsResult
 from jobs.runtime.preparation import NODE_SCRIPTS
@@ -43,6 +46,8 @@ FOLDER = local_path("train_url").rstrip("/")
 
 # What one file's line of a listing or an upload's answer may take (a path of at most 1,024 bytes, escaped).
 ANSWER_BYTES_A_FILE = 4 * 1024 + 128
+# And what each part's ETag adds to a file's answer (PART_ETAG, quoted, with JSON's quotes and comma).
+ANSWER_BYTES_A_PART = 140
 
 
 def well_formed(entry: object) -> bool:
@@ -85,6 +90,15 @@ def output_reach(job_id: int) -> tuple[str, Reach] | None:
     return text, reach(text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
 
 
+@dataclass(frozen=True)
+class OpenUpload:
+    """A multipart upload opened for one file of the output, until it is completed or aborted."""
+
+    key: str
+    upload_id: str
+    plan: PartPlan
+
+
 @dataclass
 class OutputSync:
     """The uploads of one run: what was sent (so a look sends only what changed since) and what failed."""
@@ -104,23 +118,32 @@ class OutputSync:
             await self._sync()
 
     async def _sync(self) -> None:
+        uploads: dict[str, OpenUpload] = {}
         try:
-            connection = await connect(self.target)
-            async with connection:
-                files = await self._listing(connection)
-                changed = sorted(path for path, seen in files.items() if self.sent.get(path) != seen)
-                manifest = self._manifest(changed)
-                if not manifest:
-                    return
-                # One short line a file; more is not an answer of the upload script's.
-                answer = await bounded_run(connection, ["python3", "-c", UPLOAD_SCRIPT, FOLDER], json.dumps(manifest),
-                                           limit=ANSWER_BYTES_A_FILE * len(manifest), timeout=3600)
-        except (OSError, asyncssh.Error, ValueError) as error:
-            raise NodeError(self.target.label, "uploading the outputs", str(error) or type(error).__name__) from error
-        self._take_results(answer, {item["path"]: files[item["path"]] for item in manifest})
-        for item in manifest:
-            if self.sent.get(item["path"]) != files[item["path"]]:
-                self.failed.setdefault(item["path"], "the upload did not answer")
+            try:
+                connection = await connect(self.target)
+                async with connection:
+                    files = await self._listing(connection)
+                    changed = sorted(path for path, seen in files.items() if self.sent.get(path) != seen)
+                    manifest = await self._manifest(changed, files, uploads)
+                    if not manifest:
+                        return
+                    # One short line a file (and an ETag a part); more is not an answer of the upload script's.
+                    limit = sum(ANSWER_BYTES_A_FILE + ANSWER_BYTES_A_PART * len(item.get("parts", {}).get("urls", []))
+                                for item in manifest)
+                    answer = await bounded_run(connection, ["python3", "-c", UPLOAD_SCRIPT, FOLDER], json.dumps(manifest),
+                                               limit=limit, timeout=3600)
+            except (OSError, asyncssh.Error, ValueError) as error:
+                raise NodeError(self.target.label, "uploading the outputs", str(error) or type(error).__name__) from error
+            asked = {str(item["path"]): files[str(item["path"])] for item in manifest}
+            await self._take_results(answer, asked, uploads)
+            for path in asked:
+                if self.sent.get(path) != asked[path]:
+                    self.failed.setdefault(path, "the upload did not answer")
+        finally:
+            # Whatever was not completed (a failed part, a node that stopped answering, a stop) is aborted: its
+            # parts would otherwise take room in the store for nothing.
+            await asyncio.shield(self._abort(list(uploads.values())))
 
     async def _listing(self, connection: asyncssh.SSHClientConnection) -> dict[str, tuple[int, int]]:
         """The output folder's files: (size, mtime_ns) by path. What answers runs in the job's container, so the
@@ -143,14 +166,34 @@ class OutputSync:
             self.failed["…"] = f"the folder holds more than {MAX_OUTPUT_FILES} files: only that many are uploaded"
         return {path: seen for path, seen in files.items() if path in self.found}
 
-    def _manifest(self, changed: list[str]) -> list[dict[str, str]]:
-        return [{"path": path, "url": self.where.store.presigned_put(self.where.url.bucket,
-                                                                     self.where.url.folder_prefix + path,
-                                                                     PUT_URL_LIFETIME_S)}
-                for path in changed]
+    async def _manifest(self, changed: list[str], files: dict[str, tuple[int, int]],
+                        uploads: dict[str, OpenUpload]) -> list[dict[str, Any]]:
+        """What the upload script is given: a presigned PUT a file, or for a file larger than a part (its size at
+        the listing) a multipart upload opened now and a presigned URL a part, kept in `uploads`."""
+        manifest: list[dict[str, Any]] = []
+        bucket = self.where.url.bucket
+        for path in changed:
+            key = self.where.url.folder_prefix + path
+            size = files[path][0]
+            plan = part_plan(size, settings.OUTPUT_PART_BYTES)
+            if plan is None:
+                manifest.append({"path": path, "url": self.where.store.presigned_put(bucket, key, PUT_URL_LIFETIME_S)})
+                continue
+            try:
+                upload_id = await asyncio.to_thread(self.where.store.start_multipart, bucket, key)
+            except StoreError as error:
+                self.failed[path] = str(error)[:300]
+                continue
+            uploads[path] = OpenUpload(key, upload_id, plan)
+            urls = [self.where.store.presigned_part(bucket, key, upload_id, number, PUT_URL_LIFETIME_S)
+                    for number in range(1, plan.count + 1)]
+            manifest.append({"path": path, "parts": {"size": size, "part_bytes": plan.part_bytes, "urls": urls}})
+        return manifest
 
-    def _take_results(self, output: str, asked: dict[str, tuple[int, int]]) -> None:
-        """The upload script's answers, taken only for the files it was asked to upload."""
+    async def _take_results(self, output: str, asked: dict[str, tuple[int, int]],
+                            uploads: dict[str, OpenUpload]) -> None:
+        """The upload script's answers, taken only for the files it was asked to upload; a file sent in parts
+        counts once the store has joined them."""
         for line in output.splitlines():
             try:
                 result = json.loads(line)
@@ -161,9 +204,34 @@ class OutputSync:
                 continue
             if "error" in result:
                 self.failed[path] = str(result["error"])[:300]
+            elif path in uploads and not await self._complete(path, uploads.pop(path), result.get("etags")):
+                continue
             else:
                 self.sent[path] = asked[path]
                 self.failed.pop(path, None)
+
+    async def _complete(self, path: str, upload: OpenUpload, answer: object) -> bool:
+        """Join a file's parts; False, with the reason kept and the upload aborted, when that cannot be done."""
+        etags = parts_taken(answer, upload.plan)
+        try:
+            if etags is None:
+                self.failed[path] = "its parts' upload did not answer one ETag a part"
+            else:
+                await asyncio.to_thread(self.where.store.complete_multipart, self.where.url.bucket, upload.key,
+                                        upload.upload_id, etags)
+                return True
+        except StoreError as error:
+            self.failed[path] = str(error)[:300]
+        await self._abort([upload])
+        return False
+
+    async def _abort(self, uploads: list[OpenUpload]) -> None:
+        for upload in uploads:
+            try:
+                await asyncio.to_thread(self.where.store.abort_multipart, self.where.url.bucket, upload.key,
+                                        upload.upload_id)
+            except StoreError as error:  # the store's own expiry of unfinished uploads, where set, takes it
+                logger.warning("could not abort the multipart upload of %s: %s", upload.key, error)
 
     def result(self, problem: str = "") -> OutputsResult:
         """What became of the output, for the job's page (the files found at the last look)."""

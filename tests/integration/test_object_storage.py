@@ -6,6 +6,7 @@ the input is on every worker before the program starts, read-only; the output is
 job, and up to the stop after a stop; a rerun fetches nothing again; another user's bucket is out of reach.
 """
 
+import hashlib
 import json
 import shutil
 import time
@@ -119,6 +120,21 @@ def test_a_stopped_jobs_output_up_to_the_stop_is_in_the_bucket(api, storage, buc
 
     saved = keys_under(storage, bucket, "runs/stopped/")
     assert {f"checkpoints/step-{step}.txt" for step in range(last + 1)} <= set(saved), (last, saved)
+    assert job.outputs_summary["state"] == "uploaded", job.outputs_summary
+
+
+def test_an_output_larger_than_a_part_is_uploaded_in_parts_and_joined_whole_in_the_bucket(api, storage, bucket):
+    # The tests' Celery worker uploads in parts of 5 MiB (OUTPUT_PART_BYTES): 12 MiB is three of them.
+    job = submit_program(api, "large_output.py", node_count=1, train_url=f"s3://{bucket}/runs/large/",
+                         parameters=[{"name": "mib", "value": "12"}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    [written] = [line.split()[-1] for line in log_text(job).splitlines() if "wrote model.bin sha256" in line]
+
+    store = ObjectStore(storage.access())
+    stored = store.client.get_object(Bucket=bucket, Key="runs/large/model.bin")
+    assert hashlib.sha256(stored["Body"].read()).hexdigest() == written
+    assert stored["ETag"].strip('"').endswith("-3"), stored["ETag"]  # a multipart object's ETag counts its parts
+    assert store.open_multipart_uploads(bucket, "runs/large/") == []
     assert job.outputs_summary["state"] == "uploaded", job.outputs_summary
 
 

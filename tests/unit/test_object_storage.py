@@ -2,6 +2,7 @@
 reach which bucket, what the job page says of an upload, and the node's fetch script against a real HTTP
 server (the store's side of the boundary; the real store is in tests/integration/test_object_storage.py)."""
 
+import asyncio
 import hashlib
 import http.server
 import json
@@ -274,8 +275,8 @@ def test_a_listing_from_the_jobs_container_is_read_as_untrusted():
 
 def test_an_uploads_answer_counts_only_for_the_files_it_was_asked_to_upload():
     sync = a_sync()
-    sync._take_results('{"path": "a.ckpt", "size": 3}\n{"path": "../../user-2-bob/secret", "size": 1}\nnot json\n',
-                       {"a.ckpt": (3, 7)})
+    asyncio.run(sync._take_results('{"path": "a.ckpt", "size": 3}\n{"path": "../../user-2-bob/secret", "size": 1}\n'
+                                   'not json\n', {"a.ckpt": (3, 7)}, {}))
     assert sync.sent == {"a.ckpt": (3, 7)}
 
 

@@ -1,0 +1,202 @@
+"""Outputs larger than a part go to the store in parts: how a file is cut, which answer of the node's lets the
+parts be joined, the node's upload script against a real HTTP server standing for the store's part URLs, and
+one sync with the SSH and store boundaries faked (the real store is in tests/integration/test_object_storage.py).
+"""
+
+import asyncio
+import hashlib
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import pytest
+from django.test import override_settings
+
+from jobs.object_store.client import StoreError
+from jobs.object_store.parts import MIB, MOST_PARTS, SMALLEST_PART_BYTES, PartPlan, part_plan, parts_taken
+from jobs.runtime import data_out
+from jobs.runtime.data_out import UPLOAD_SCRIPT
+from tests.unit.test_object_storage import a_sync
+
+
+def test_a_file_no_larger_than_a_part_goes_in_one_put():
+    assert part_plan(64 * MIB, 64 * MIB) is None
+    assert part_plan(0, 64 * MIB) is None
+
+
+def test_a_larger_file_is_cut_into_parts_of_the_setting_the_last_one_shorter():
+    plan = part_plan(130 * MIB, 64 * MIB)
+    assert plan == PartPlan(64 * MIB, 3)
+    assert plan.ranges(130 * MIB) == [(0, 64 * MIB), (64 * MIB, 64 * MIB), (128 * MIB, 2 * MIB)]
+
+
+def test_a_part_is_never_smaller_than_the_five_mib_a_store_takes():
+    assert part_plan(12 * MIB, 1024) == PartPlan(SMALLEST_PART_BYTES, 3)
+
+
+def test_a_file_that_would_need_more_than_ten_thousand_parts_gets_larger_parts_in_whole_mib():
+    size = 2 * 1024 * 1024 * MIB + 12345  # 2 TiB and a little
+    plan = part_plan(size, 64 * MIB)
+    assert plan is not None and plan.count <= MOST_PARTS and plan.part_bytes % MIB == 0
+    assert plan.part_bytes * plan.count >= size and plan.part_bytes * (plan.count - 1) < size
+
+
+def test_the_parts_are_joined_only_with_one_etag_a_part_and_nothing_made_up():
+    plan = PartPlan(5 * MIB, 2)
+    assert parts_taken(['"9b2cf535f27731c974343645a3985328"', "0cc175b9c0f1b6a831c399e269772661"], plan) == [
+        '"9b2cf535f27731c974343645a3985328"', '"0cc175b9c0f1b6a831c399e269772661"']
+    for forged in (['"a"'], ['"a"', '"b"', '"c"'], ['"a"', 5], ['"a"', ""], ['"a b"', '"c"'], ['"a"', '"b\\"c"'],
+                   ['"a"', "x" * 200], ['"a"', '"b"\n'], "ab", None, {"1": "a", "2": "b"}):
+        assert parts_taken(forged, plan) is None, forged
+
+
+@pytest.fixture
+def part_server():
+    """A plain HTTP server standing for the store's presigned part URLs: it keeps each PUT's body by path and
+    answers with its MD5 as the ETag, as S3 does."""
+    bodies: dict[str, bytes] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            bodies[self.path] = body
+            self.send_response(200)
+            self.send_header("ETag", f'"{hashlib.md5(body).hexdigest()}"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    server.shutdown()
+
+
+def upload(folder, manifest) -> list[dict]:
+    answer = subprocess.run([sys.executable, "-c", UPLOAD_SCRIPT, str(folder)], input=json.dumps(manifest),
+                            capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in answer.stdout.splitlines()]
+
+
+def test_the_node_sends_each_part_to_its_own_url_and_hands_back_their_etags(tmp_path, part_server):
+    base, bodies = part_server
+    content = bytes(range(256)) * (11 * 1024 * 4)  # 11 MiB
+    (tmp_path / "model.pt").write_bytes(content)
+    parts = {"size": len(content), "part_bytes": 5 * MIB, "urls": [f"{base}/part/{number}" for number in (1, 2, 3)]}
+
+    [answer] = upload(tmp_path, [{"path": "model.pt", "parts": parts}])
+
+    assert answer["size"] == len(content)
+    assert b"".join(bodies[f"/part/{number}"] for number in (1, 2, 3)) == content
+    assert [len(bodies[f"/part/{number}"]) for number in (1, 2, 3)] == [5 * MIB, 5 * MIB, MIB]
+    assert answer["etags"] == [f'"{hashlib.md5(bodies[f"/part/{number}"]).hexdigest()}"' for number in (1, 2, 3)]
+
+
+def test_a_file_that_changed_size_since_the_listing_is_not_sent_in_the_parts_cut_for_its_old_size(tmp_path, part_server):
+    base, bodies = part_server
+    (tmp_path / "model.pt").write_bytes(b"x" * (6 * MIB))
+    parts = {"size": 11 * MIB, "part_bytes": 5 * MIB, "urls": [f"{base}/part/{number}" for number in (1, 2, 3)]}
+
+    [answer] = upload(tmp_path, [{"path": "model.pt", "parts": parts}])
+
+    assert "changed while it was being uploaded" in answer["error"] and not bodies
+
+
+class FakeStore:
+    """The store's side of a sync: multipart uploads opened, completed and aborted, as recorded calls."""
+
+    def __init__(self, refuse_completion: bool = False):
+        self.refuse_completion = refuse_completion
+        self.started: list[str] = []
+        self.completed: dict[str, list[str]] = {}
+        self.aborted: list[str] = []
+
+    def presigned_put(self, bucket, key, expires_s):
+        return f"http://store/{bucket}/{key}?put"
+
+    def start_multipart(self, bucket, key):
+        self.started.append(key)
+        return f"upload-{len(self.started)}"
+
+    def presigned_part(self, bucket, key, upload_id, number, expires_s):
+        return f"http://store/{bucket}/{key}?uploadId={upload_id}&partNumber={number}"
+
+    def complete_multipart(self, bucket, key, upload_id, etags):
+        if self.refuse_completion:
+            raise StoreError(f"{bucket}/{key}: the store said InvalidPart.")
+        self.completed[key] = etags
+
+    def abort_multipart(self, bucket, key, upload_id):
+        self.aborted.append(key)
+
+
+def a_faked_sync(monkeypatch, store: FakeStore, listing: dict[str, int], answer):
+    """An OutputSync whose node lists `listing` (path -> size) and answers the upload with `answer(manifest)`."""
+    @asynccontextmanager
+    async def no_connection():
+        yield None
+
+    async def connect(target):
+        return no_connection()
+
+    async def bounded_run(connection, argv, stdin, *, limit, timeout):
+        if argv[2] == data_out.LIST_SCRIPT:
+            return json.dumps({"files": [[path, size, 1] for path, size in listing.items()]})
+        return answer(json.loads(stdin))
+
+    monkeypatch.setattr(data_out, "connect", connect)
+    monkeypatch.setattr(data_out, "bounded_run", bounded_run)
+    sync = a_sync()
+    sync.where = replace(sync.where, store=store)
+    return sync
+
+
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_a_sync_joins_the_parts_a_node_sent_and_aborts_the_uploads_it_did_not_finish(monkeypatch):
+    store = FakeStore()
+    listing = {"small.txt": 10, "good.pt": 11 * MIB, "forged.pt": 11 * MIB, "failed.pt": 11 * MIB}
+
+    def answer(manifest):
+        by_path = {item["path"]: item for item in manifest}
+        assert "url" in by_path["small.txt"] and len(by_path["good.pt"]["parts"]["urls"]) == 3
+        return "\n".join([json.dumps({"path": "small.txt", "size": 10}),
+                          json.dumps({"path": "good.pt", "size": 11 * MIB, "etags": ['"a"', '"b"', '"c"']}),
+                          json.dumps({"path": "forged.pt", "size": 11 * MIB, "etags": ['"a"']}),
+                          json.dumps({"path": "failed.pt", "error": "HTTP Error 503"})])
+
+    sync = a_faked_sync(monkeypatch, store, listing, answer)
+    asyncio.run(sync.sync())
+
+    assert store.completed == {"runs/1/good.pt": ['"a"', '"b"', '"c"']}
+    assert sorted(store.aborted) == ["runs/1/failed.pt", "runs/1/forged.pt"]
+    assert set(sync.sent) == {"small.txt", "good.pt"}
+    assert sync.failed == {"forged.pt": "its parts' upload did not answer one ETag a part", "failed.pt": "HTTP Error 503"}
+
+
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_parts_the_store_will_not_join_leave_the_file_unsaved_and_its_upload_aborted(monkeypatch):
+    store = FakeStore(refuse_completion=True)
+    sync = a_faked_sync(monkeypatch, store, {"model.pt": 6 * MIB},
+                        lambda manifest: json.dumps({"path": "model.pt", "size": 6 * MIB, "etags": ['"a"', '"b"']}))
+    asyncio.run(sync.sync())
+    assert store.aborted == ["runs/1/model.pt"] and not sync.sent
+    assert sync.failed == {"model.pt": "user-1-a/runs/1/model.pt: the store said InvalidPart."}
+
+
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_an_upload_cut_short_by_the_node_leaves_no_open_multipart_upload(monkeypatch):
+    store = FakeStore()
+
+    def answer(manifest):
+        raise OSError("the connection was lost")
+
+    sync = a_faked_sync(monkeypatch, store, {"model.pt": 6 * MIB, "other.pt": 7 * MIB}, answer)
+    with pytest.raises(data_out.NodeError):
+        asyncio.run(sync.sync())
+    assert sorted(store.started) == sorted(store.aborted) == ["runs/1/model.pt", "runs/1/other.pt"]
