@@ -25,6 +25,7 @@ from tests.integration.helpers import (
     TEST_OUTPUT,
     _node_run,
     code_dir_from_program,
+    log_text,
     submit_program,
     wait_for,
 )
@@ -54,6 +55,13 @@ def local_node(console, name: str):
 def containers_on(console, node_name: str) -> list[str]:
     output = asyncio.run(_node_run(local_node(console, node_name), "podman ps -a --format '{{.Names}}'"))
     return [line for line in output.split() if line.startswith("tc-")]
+
+
+def whereabouts(job: TrainingJob) -> str:
+    """What a job that did not end was last seen doing: its state, its run's owner and beat, its events and log."""
+    events = "\n".join(f"  {event.at:%H:%M:%S.%f} {event.kind}: {event.message}" for event in job.events.order_by("at"))
+    return (f"job {job.pk} {job.status} (run owner {job.run_owner or 'none'}, last beat {job.heartbeat_at}, "
+            f"planned: {bool(job.sealed_ssh_key)})\n{events}\n{log_text(job)}")
 
 
 def every_node_free_and_ready() -> bool:
@@ -164,9 +172,8 @@ def test_twenty_jobs_stopped_moments_after_their_submission_all_end_and_free_the
 
     deadline = time.monotonic() + 240
     while TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).exclude(status__in=FINAL_STATES).exists():
-        stuck = list(TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).exclude(status__in=FINAL_STATES)
-                     .values_list("pk", "status"))
-        assert time.monotonic() < deadline, f"jobs still not ended: {stuck}"
+        stuck = list(TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).exclude(status__in=FINAL_STATES))
+        assert time.monotonic() < deadline, "jobs still not ended:\n" + "\n".join(map(whereabouts, stuck))
         time.sleep(0.5)
     assert set(TrainingJob.objects.filter(pk__in=[job.pk for job in jobs]).values_list("status", flat=True)) == {
         JobStatus.TERMINATED}
