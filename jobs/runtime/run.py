@@ -610,18 +610,16 @@ async def in_own_context(work: Awaitable[T]) -> T:
 
 
 def run_allocated_job(job_id: int) -> None:
-    job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
-    if job.status == JobStatus.TERMINATING and not job.sealed_ssh_key:
-        # Stopped after its nodes were given and before this run began: nothing was started anywhere.
-        service_line(job_id, "Stopped before its containers were started")
-        settle(job_id, RunOutcome.STOPPED, None, "stopped before launch", [])
-        return
     owner = new_owner()
     # One run per job: a second delivery of the task, or a run already taken up elsewhere, finds it owned.
     claimed = TrainingJob.objects.filter(pk=job_id, status=JobStatus.CREATING, run_owner="").update(
         run_owner=owner, heartbeat_at=timezone.now())
     if not claimed:
+        # Looked at after the claim, not before: a stop that lands between a look and the claim would
+        # otherwise leave the job Terminating with no run to end it (until the reaper's next round).
+        end_if_stopped_before_its_run(job_id)
         return
+    job = TrainingJob.objects.select_related("spec", "engine_version", "code_dir").get(pk=job_id)
     try:
         plan = plan_allocated_job(job)
     except Exception as error:  # any error of the plan: the job is failed with it, never left allocated
@@ -632,6 +630,14 @@ def run_allocated_job(job_id: int) -> None:
         settle(job_id, RunOutcome.FAILED, None, reason, [])
         return
     asyncio.run(in_own_context(JobRun(plan, owner).execute()))
+
+
+def end_if_stopped_before_its_run(job_id: int) -> None:
+    """A job stopped after its nodes were given and before any run claimed it: nothing was started anywhere,
+    so it ends here, its nodes freed. A job another run owns, or one already ended, is left as it is."""
+    if TrainingJob.objects.filter(pk=job_id, status=JobStatus.TERMINATING, run_owner="", sealed_ssh_key="").exists():
+        service_line(job_id, "Stopped before its containers were started")
+        settle(job_id, RunOutcome.STOPPED, None, "stopped before launch", [])
 
 
 def new_owner() -> str:

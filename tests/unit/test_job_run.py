@@ -15,6 +15,7 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from jobs.allocation import try_allocate
 from jobs.logs.store import LogRecord
@@ -411,6 +412,34 @@ def test_a_job_stopped_after_its_nodes_were_given_but_before_its_run_began_ends_
     assert job.status == JobStatus.TERMINATED
     assert nodes.prepared == [] and nodes.launches == 0
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_a_stop_that_lands_just_as_the_run_claims_its_job_ends_it_rather_than_leaving_it_terminating(
+        nodes, job, monkeypatch):
+    # The stop is committed right before the claim (on a busy database the claim waits for the stop's
+    # transaction): the claim then finds the job Terminating, and no run, stop task or reaper round is needed.
+    def owner_named_as_the_stop_lands():
+        TrainingJob.objects.get(pk=job.pk).terminate()
+        return "host:1:abcd"
+
+    monkeypatch.setattr(run, "new_owner", owner_named_as_the_stop_lands)
+    run.run_allocated_job(job.pk)
+
+    job.refresh_from_db()
+    assert (job.status, job.run_owner) == (JobStatus.TERMINATED, "")
+    assert nodes.prepared == [] and nodes.launches == 0
+    assert not Node.objects.filter(allocated_to__isnull=False).exists()
+
+
+def test_a_second_delivery_of_a_run_leaves_the_job_to_the_run_that_owns_it(nodes, job):
+    TrainingJob.objects.filter(pk=job.pk).update(run_owner="elsewhere:1:live", heartbeat_at=timezone.now())
+    TrainingJob.objects.get(pk=job.pk).terminate()
+
+    run.run_allocated_job(job.pk)
+
+    job.refresh_from_db()
+    assert (job.status, job.run_owner) == (JobStatus.TERMINATING, "elsewhere:1:live")
+    assert Node.objects.filter(allocated_to=job).exists()
 
 
 def test_the_heartbeat_survives_any_error_of_its_database_step(monkeypatch):
