@@ -294,8 +294,13 @@ def job_delete(request, pk):
     # containers and nodes are held for debugging (deleting it would free nodes its containers still use).
     deleted, _by_model = TrainingJob.objects.filter(pk=job.pk, status__in=FINAL_STATES,
                                                     held_until__isnull=True).delete()
-    if not deleted and job.held_until is not None:
+    if not deleted and job.is_held_for_debugging:
         messages.error(request, _("Job %(name)s is held for debugging: release it first.") % {"name": job.name})
+        return redirect("job-detail", pk=pk)
+    if not deleted and job.held_until is not None:
+        # Its hold is over and the console is removing its containers: nothing for the user to release.
+        messages.error(request, _("Job %(name)s's hold for debugging has ended and its containers are being removed: "
+                                  "delete it again in a few seconds.") % {"name": job.name})
         return redirect("job-detail", pk=pk)
     if not deleted:
         messages.error(request, _("Only finished jobs can be deleted; stop job %(name)s first.") % {"name": job.name})

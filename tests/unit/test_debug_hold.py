@@ -238,3 +238,42 @@ def test_the_stacks_script_keeps_to_its_budget_however_many_ranks_hang(tmp_path)
     assert not any(stack["ok"] for stack in stacks)
     assert any("no time left" in stack["stack"] for stack in stacks)
     assert took < 3 + 2 + 2, f"the script took {took:.1f} s for a budget of 3 s"
+
+
+def test_an_administrator_ends_a_hold_early_from_the_admin_and_the_jobs_events_say_who(make_job, owner, monkeypatch):
+    from django.test import Client
+
+    from tests.fixtures import person
+
+    queued: list[int] = []
+    monkeypatch.setattr("jobs.submission.holds.end_hold_soon", queued.append)
+    held = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=10,
+                    held_until=timezone.now() + timedelta(minutes=10))
+    ended = make_job(owner=owner, status=JobStatus.FAILED)
+    admin = Client()
+    admin.force_login(person("hold-admin", is_staff=True, is_superuser=True))
+
+    answer = admin.post("/admin/jobs/trainingjob/", {"action": "end_debug_holds",
+                                                     "_selected_action": [str(held.pk), str(ended.pk)]}, follow=True)
+
+    assert answer.status_code == 200
+    page = answer.content.decode()
+    assert "Hold ended for 1 job(s)" in page and "The other selected jobs were not held." in page
+    assert queued == [held.pk] and not TrainingJob.objects.get(pk=held.pk).is_held_for_debugging
+    assert held.events.filter(kind="debug-hold", message="Ended early by the administrator hold-admin").exists()
+
+
+def test_deleting_a_job_whose_hold_has_just_ended_says_to_wait_not_to_release_it(make_job, owner, client):
+    held = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=10,
+                    held_until=timezone.now() + timedelta(minutes=10))
+    over = make_job(owner=owner, status=JobStatus.FAILED, debug_hold_minutes=10,
+                    held_until=timezone.now() - timedelta(seconds=5))
+    client.force_login(owner)
+
+    still_held = client.post(f"/jobs/{held.pk}/delete", follow=True).content.decode()
+    ending = client.post(f"/jobs/{over.pk}/delete", follow=True).content.decode()
+
+    assert "is held for debugging: release it first" in still_held
+    assert "hold for debugging has ended and its containers are being removed" in ending
+    assert "release it first" not in ending
+    assert TrainingJob.objects.filter(pk__in=[held.pk, over.pk]).count() == 2
