@@ -55,7 +55,7 @@ from jobs.slurm.batch import (
     batch_request,
 )
 from jobs.slurm.rest import Credentials, JobRecord, SlurmAuthRefused, SlurmError, SlurmRest, SlurmUnreachable
-from jobs.slurm.states import Phase, allocated_nodes, phase_of, reason_words
+from jobs.slurm.states import Phase, allocated_nodes, phase_of, reason_words, time_limit_ends_at, time_limit_near
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +262,12 @@ def lost_submission(job: TrainingJob, live: dict[int, list[LiveSlurmJob]]) -> in
     return min(own) if own else None
 
 
+def notice_seconds(job: TrainingJob) -> int:
+    """How long before its Slurm time limit a job is stopped: its checkpoint grace, and time for the last upload
+    and the teardown."""
+    return job.checkpoint_grace_seconds + settings.SLURM_NOTICE_MARGIN_SECONDS
+
+
 def submit_or_refuse(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
     """Submit; a submission Slurm refuses (a time limit over the partition's, an account the user is not in)
     fails this job with Slurm's own words, and the pool goes on with the others."""
@@ -364,6 +370,14 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
         if phase is Phase.RUNNING and int(record.get("restart_cnt") or 0) > job.slurm_restarts:
             # Requeued and running again since the console took its nodes: they may be other nodes now.
             phase = Phase.WAITING
+        elif phase is Phase.RUNNING and time_limit_near(
+                time_limit_ends_at(record.get("start_time"), record.get("time_limit")), notice_seconds(job), time.time()):
+            # Slurm would kill the job at its limit, its ranks unwarned: the console stops it first, as an auto
+            # stop, with the notice and grace any stop gives. (Slurm's own --signal cannot reach the batch script
+            # of a job submitted through slurmrestd: 22.05 takes its "B:" only from sbatch.)
+            reason, message = StopReason.AUTO_STOP, f"Stopped by auto stop: Slurm's time limit for job {job.slurm_job_id} is near"
+            _say_slurm(job, record["job_state"], f"the time limit of Slurm job {job.slurm_job_id} is near")
+            return _begin_stop(job, reason, message)
         elif phase is Phase.RUNNING:
             return False
         state = record["job_state"]
@@ -371,6 +385,10 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
         if phase is Phase.WAITING:  # Slurm requeued it (a preemption, a lost node) before the console looked
             state = SLURM_REQUEUED
     _say_slurm(job, state, message)
+    return _begin_stop(job, reason, message)
+
+
+def _begin_stop(job: TrainingJob, reason: str, message: str) -> bool:
     try:
         job.begin_console_stop(reason, message)
     except IllegalTransition:

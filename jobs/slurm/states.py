@@ -117,3 +117,17 @@ def allocated_nodes(record: Mapping[str, Any]) -> list[str]:
     """The names of the nodes Slurm gave a running job, in Slurm's order (its job_resources)."""
     resources = record.get("job_resources") or {}
     return [str(node["nodename"]) for node in resources.get("allocated_nodes") or [] if node.get("nodename")]
+
+
+def time_limit_ends_at(start_time: int | None, time_limit_minutes: int | None) -> float | None:
+    """When a running Slurm job's time limit runs out (seconds since the epoch, slurmctld's clock), from its
+    record's start_time and time_limit; None without a limit."""
+    start, minutes = int(start_time or 0), int(time_limit_minutes or 0)
+    # v0.0.38 says "no limit" as INFINITE (0xffffffff) or NO_VAL (0xfffffffe) minutes.
+    return start + minutes * 60 if start > 0 and 0 < minutes < 0xFFFFFFFE else None
+
+
+def time_limit_near(limit_ends_at: float | None, notice_seconds: int, now: float) -> bool:
+    """Whether a job's time limit is close enough for its notice: the console then stops it as an auto stop,
+    its ranks given their grace, before Slurm kills it at the limit."""
+    return limit_ends_at is not None and limit_ends_at - now <= notice_seconds

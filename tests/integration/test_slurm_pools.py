@@ -24,7 +24,7 @@ from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
 from jobs.slurm.states import Phase, phase_of
 from tests.conftest import CLUSTER_OPTIONS, LOCAL_CLUSTER_DIR, RUN_ID, TEST_OUTPUT, web_server_env
-from tests.integration.helpers import processes_of_job_on_node, submit_program, wait_for
+from tests.integration.helpers import log_text, processes_of_job_on_node, submit_program, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -168,6 +168,32 @@ def test_a_scancel_from_outside_ends_a_running_job_terminated_saying_slurm_cance
     job = wait_for(job, [JobStatus.TERMINATED], timeout=WAIT_S)
     assert job.stop_reason == StopReason.SLURM
     assert f"Slurm cancelled job {job.slurm_job_id}" in job.status_message
+    assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
+    no_container_left(slurm_site, job)
+
+
+def test_a_job_near_its_slurm_time_limit_gets_its_notice_and_ends_as_an_auto_stop_before_slurm_kills_it(
+        api, slurm_pool, slurm_site):
+    job = submit_program(api, "ignores_notice.py", pool="slurm", auto_stop_hours=1, checkpoint_grace_seconds=6)
+    job = wait_for(job, [JobStatus.RUNNING], timeout=WAIT_S * 2)
+    wait_until("a rank line", lambda: job.log_lines.filter(text__startswith="tick ").exists())
+    # The hour runs out within two minutes: an administrator shortens the limit, as its end would come anyway.
+    record = rest_of(slurm_site).job(job.slurm_job_id)
+    assert record is not None and record["time_limit"] == 60
+    minutes = int((time.time() - record["start_time"]) // 60) + 2
+    subprocess.run(["scontrol", "update", f"JobId={job.slurm_job_id}", f"TimeLimit={minutes}"],
+                   env=localslurm.tool_env(slurm_site["slurm"].conf), check=True)
+
+    job = wait_for(job, [JobStatus.TERMINATED], timeout=WAIT_S)
+
+    assert job.stop_reason == StopReason.AUTO_STOP
+    assert job.status_message == f"Stopped by auto stop: Slurm's time limit for job {job.slurm_job_id} is near"
+    assert job.events.filter(kind="notice", message__startswith="Notice: SIGUSR1 sent to").exists()
+    assert "got SIGUSR1 and carries on" in log_text(job), "the ranks had their notice before the end"
+    # The console ended it before the limit: Slurm's accounting says the console's stop (a cancel), not TIMEOUT.
+    wait_until("Slurm ends the job as the console's stop",
+               lambda: phase_of(slurm_state(slurm_site, job.slurm_job_id)) is Phase.CANCELLED)
+    assert time.time() < record["start_time"] + minutes * 60
     assert not Node.objects.filter(pool=slurm_pool, allocated_to__isnull=False).exists()
     no_container_left(slurm_site, job)
 

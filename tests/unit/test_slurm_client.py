@@ -192,6 +192,18 @@ def test_a_batch_job_asks_each_node_for_the_specs_share_and_is_requeued_rather_t
     assert "gres" not in job and "exclusive" not in job
 
 
+def test_a_time_limit_is_near_once_less_than_the_notice_is_left_and_no_limit_is_never_near():
+    from jobs.slurm.states import time_limit_ends_at, time_limit_near
+
+    assert time_limit_ends_at(1_000_000, 60) == 1_003_600
+    assert time_limit_ends_at(1_000_000, 0xFFFFFFFF) is None and time_limit_ends_at(1_000_000, 0xFFFFFFFE) is None
+    assert time_limit_ends_at(0, 60) is None and time_limit_ends_at(None, None) is None
+    assert time_limit_near(1_003_600, 150, now=1_003_450)
+    assert time_limit_near(1_003_600, 150, now=1_004_000), "a limit already past is near"
+    assert not time_limit_near(1_003_600, 150, now=1_003_449)
+    assert not time_limit_near(None, 150, now=1_003_600)
+
+
 def test_gpus_become_gres_per_node_and_an_exclusive_pool_asks_for_whole_nodes():
     job = batch_request(job_values(gpus=8), PoolValues("gpu", exclusive=True), "#!/bin/bash\n", name="tc-12")["job"]
     assert (job["gres"], job["exclusive"]) == ("gpu:8", "true")

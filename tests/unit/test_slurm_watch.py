@@ -57,6 +57,36 @@ def test_what_slurm_ended_stops_the_job_saying_why(make_job, owner, state, reaso
         JobStatus.TERMINATING, reason, words, state)
 
 
+def slurm_runs(started: int, minutes: int):
+    record = {"job_id": 77, "job_state": "RUNNING", "state_reason": "None", "start_time": started,
+              "time_limit": minutes, "restart_cnt": 0}
+    return client({("GET", "/slurm/v0.0.38/job/77"): (200, {"errors": [], "jobs": [record]})})[0]
+
+
+def test_a_job_near_its_slurm_time_limit_is_stopped_as_an_auto_stop_before_slurm_kills_it(make_job, owner, settings):
+    import time
+
+    settings.SLURM_NOTICE_MARGIN_SECONDS = 120
+    job = running_job(make_job, owner)
+    TrainingJob.objects.filter(pk=job.pk).update(checkpoint_grace_seconds=30)
+    job.refresh_from_db()
+
+    # 150 s before the limit: the grace (30) and the margin (120) are still ahead.
+    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 170, 60), job) is False
+    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 140, 60), job) is True
+    job.refresh_from_db()
+    assert (job.status, job.stop_reason) == (JobStatus.TERMINATING, StopReason.AUTO_STOP)
+    assert job.status_message == "Stopped by auto stop: Slurm's time limit for job 77 is near"
+    assert job.slurm_reason == "the time limit of Slurm job 77 is near"
+
+
+def test_a_slurm_job_without_a_time_limit_runs_on(make_job, owner):
+    job = running_job(make_job, owner)
+    assert look_at_running(slurm_runs(1, 0xFFFFFFFF), job) is False
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING
+
+
 def test_a_job_slurm_requeued_before_the_console_looked_is_stopped_as_requeued(make_job, owner):
     job = running_job(make_job, owner)
     assert look_at_running(slurm_says("PENDING", "BeginTime"), job) is True
