@@ -17,7 +17,7 @@ import logging
 import shlex
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncssh
 from django.conf import settings
@@ -84,8 +84,24 @@ class RankEnd:
     finished: bool = False
 
 
-def read_rank_ends(text: str, worker: int) -> list[RankEnd]:
-    """worker-usage.sh's "rank-ended rank=N exit=C at=T" lines (the job's own claim: read as such)."""
+def node_clock_offset(text: str, answered_at: float) -> float:
+    """How far the console's clock is ahead of the node's, from worker-usage.sh's last "node_time=T" (its root's
+    clock as the answer left) and when the answer came; 0 when the answer does not say."""
+    times = [line.removeprefix("node_time=") for line in text.splitlines() if line.startswith("node_time=")]
+    if not times or not (times[-1].isascii() and times[-1].isdigit() and len(times[-1]) < 12):
+        return 0.0
+    return answered_at - int(times[-1])
+
+
+def read_rank_ends(text: str, worker: int, answered_at: float | None = None) -> list[RankEnd]:
+    """worker-usage.sh's "rank-ended rank=N exit=C at=T" lines (the job's own claim: read as such), their times
+    moved from the node's clock to the console's when `answered_at` is given: a node whose clock is behind
+    would otherwise cut a rank's grace short by as much."""
+    offset = node_clock_offset(text, answered_at) if answered_at is not None else 0.0
+    return [replace(end, at=end.at + offset) for end in _rank_ends(text, worker)]
+
+
+def _rank_ends(text: str, worker: int) -> list[RankEnd]:
     found = []
     for line in text.splitlines():
         words = line.split()
@@ -232,6 +248,7 @@ class WorkerWatch:
                     connect(worker.node), PROBE_TIMEOUT_SECONDS)
             result = await asyncio.wait_for(connection.run(command, input=USAGE_SCRIPT, check=False),
                                             PROBE_TIMEOUT_SECONDS)
+            answered_at = time.time()
         except NodeError as error:
             return Probe(worker.index, unreachable=error.reason)
         except (TimeoutError, OSError, asyncssh.Error) as error:
@@ -241,7 +258,7 @@ class WorkerWatch:
         if state == "running":
             over_limit = past_disk_limit(usage, self.disk_reserve_bytes) if usage else ""
             return Probe(worker.index, running=True, usage=usage, over_limit=over_limit,
-                         rank_ends=tuple(read_rank_ends(str(result.stdout or ""), worker.index)))
+                         rank_ends=tuple(read_rank_ends(str(result.stdout or ""), worker.index, answered_at)))
         if state == "stopped":
             return Probe(worker.index, gone=f"its container {worker.container_name} has stopped")
         if state == "gone":

@@ -26,6 +26,34 @@ def test_a_forged_or_malformed_rank_line_is_not_taken():
     assert read_rank_ends(answer, 0) == []
 
 
+def test_a_rank_ends_time_is_moved_from_the_nodes_clock_to_the_consoles_so_a_skewed_node_keeps_the_grace_whole():
+    # The node's clock is 40 s behind the console's: the rank ended 10 s before the answer, by the node's clock.
+    answer = "state=running\nrank-ended rank=0 exit=1 at=1764799990\nnode_time=1764800000\n"
+    [end] = read_rank_ends(answer, 1, answered_at=1764800040.0)
+    assert end.at == 1764800030.0
+    assert read_rank_ends(answer, 1)[0].at == 1764799990.0, "without the answer's time, the record's own"
+    # Only the last node_time counts (the script's root prints it last), and one that is not a number is none.
+    assert read_rank_ends(answer + "node_time=1764800040\n", 1, answered_at=1764800040.0)[0].at == 1764799990.0
+    assert read_rank_ends(answer.replace("node_time=1764800000", "node_time=soon"), 1,
+                          answered_at=1764800040.0)[0].at == 1764799990.0
+
+
+def test_the_usage_script_says_the_nodes_clock_last(tmp_path):
+    """worker-usage.sh, run here against a container podman does not know: its answer ends with the node's time."""
+    import subprocess
+    import time
+
+    from jobs.runtime.liveness import USAGE_SCRIPT
+
+    fake = tmp_path / "podman"
+    fake.write_text("#!/bin/sh\necho 'true 1'\necho ''\necho ''\necho ''\n")
+    fake.chmod(0o755)
+    answer = subprocess.run(["sh", "-s", "--", "tc-none"], input=USAGE_SCRIPT, capture_output=True, text=True,
+                            env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=30).stdout
+    last = answer.strip().splitlines()[-1]
+    assert last.startswith("node_time=") and abs(int(last.removeprefix("node_time=")) - time.time()) < 5
+
+
 def test_a_traceback_marks_its_rank_as_raised_until_the_rank_prints_again():
     from datetime import UTC, datetime
 
