@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.http import FileResponse, Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -18,10 +18,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.models import Storage
-from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
-from jobs.results.metrics import default_metric_definitions, downsample
+from jobs.results.metrics import Thinning, default_metric_definitions
 from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
 from jobs.results.watchdog import watchdog_limit
@@ -147,18 +146,24 @@ class SeriesPoint(NamedTuple):
 
 def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
     """Every series of the job at most about max_points long, in id order, and the metrics that were cut."""
-    series: dict[tuple, list] = {}
-    # Plain rows, not model instances: a long run has hundreds of thousands of points.
-    rows = job.metric_points.order_by("id").values_list("id", "name", "rank", "step", "value", "at")
-    for row in rows.iterator(chunk_size=20000):
+    # Plain rows, not model instances, each series thinned as it is read (jobs.results.metrics.Thinning): a long
+    # run has millions of points. Its length is counted first, up to the same last point as the read.
+    rows = job.metric_points.filter(id__lte=job.metric_points.aggregate(last=Max("id"))["last"] or 0)
+    lengths = {(name, rank): count for name, rank, count in
+               rows.order_by().values_list("name", "rank").annotate(count=Count("id"))}
+    series: dict[tuple, Thinning] = {}
+    for row in rows.order_by("id").values_list("id", "name", "rank", "step", "value", "at").iterator(chunk_size=20000):
         point = SeriesPoint(*row)
-        series.setdefault((point.name, point.rank), []).append(point)
-    kept, cut = [], set()
-    for (name, _rank), points in series.items():
-        shown = downsample(points, max_points, value=lambda point: point.value)
-        if len(shown) < len(points):
+        key = (point.name, point.rank)
+        thinning = series.get(key) or series.setdefault(
+            key, Thinning(lengths[key], max_points, value=lambda point: point.value))
+        thinning.add(point)
+    kept: list = []
+    cut = set()
+    for (name, _rank), thinning in series.items():
+        if len(thinning.kept) < thinning.length:
             cut.add(name)
-        kept.extend(shown)
+        kept.extend(thinning.kept)
     kept.sort(key=lambda point: point.id)
     return kept, cut
 
@@ -170,7 +175,7 @@ def stored_object_url(job, path: str) -> str:
         url = parse_object_url(str(summary.get("train_url", "")))
         if url is None or not safe_key_part(path):
             return ""
-        where = reach(str(url), Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        where = Storage.reach_for(str(url), job.pool_id, job.owner_id, job.owner.username)
         return where.store.presigned_get(url.bucket, url.folder_prefix + path, DOWNLOAD_LINK_SECONDS)
     except (ObjectUrlError, StoreError):
         return ""

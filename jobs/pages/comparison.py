@@ -4,12 +4,12 @@ metric series for the overlaid charts. The comparison page, the API and `tc comp
 
 from typing import TypedDict
 
-from django.db.models import Q
+from django.db.models import Count, Max, Q
 from django.utils.translation import gettext as _
 
 from jobs.launch.masking import MASK, looks_secret, mask_shell_text
 from jobs.models import TrainingJob
-from jobs.results.metrics import downsample
+from jobs.results.metrics import Thinning
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission.access import visible_jobs
 
@@ -81,14 +81,21 @@ def run_facts(job: TrainingJob) -> RunFacts:
 
 def compared_series(job: TrainingJob, every_rank: bool) -> list[ComparedSeries]:
     """The job's metric series: rank 0's (or the lines without a rank), or every rank's."""
-    points = job.metric_points.order_by("id")
+    points = job.metric_points.all()
     if not every_rank:
         points = points.filter(Q(rank=0) | Q(rank__isnull=True))
-    lines: dict[tuple[str, int | None], list[list[float | None]]] = {}
-    for name, rank, step, value in points.values_list("name", "rank", "step", "value").iterator(chunk_size=20000):
-        lines.setdefault((name, rank), []).append([None if step is None else float(step), value])
-    return [{"job": job.pk, "metric": name, "rank": rank, "points": downsample(values, SERIES_MAX_POINTS)}
-            for (name, rank), values in lines.items()]
+    # Each series' length first, so that it is thinned as it is read, never held whole (a long run has millions of
+    # points); both reads stop at the same last point, so a point stored meanwhile changes neither.
+    points = points.filter(id__lte=points.aggregate(last=Max("id"))["last"] or 0)
+    lengths = {(name, rank): count for name, rank, count in
+               points.order_by().values_list("name", "rank").annotate(count=Count("id"))}
+    lines: dict[tuple[str, int | None], Thinning] = {}  # in the order the series first appear
+    for name, rank, step, value in (points.order_by("id").values_list("name", "rank", "step", "value")
+                                    .iterator(chunk_size=20000)):
+        series = lines.get((name, rank)) or lines.setdefault((name, rank), Thinning(lengths[name, rank], SERIES_MAX_POINTS))
+        series.add([None if step is None else float(step), value])
+    return [{"job": job.pk, "metric": name, "rank": rank, "points": series.kept}
+            for (name, rank), series in lines.items()]
 
 
 def comparison(user, ids: list[int], every_rank: bool = False) -> Comparison:

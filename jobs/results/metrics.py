@@ -271,17 +271,52 @@ def _integer(text: str | None) -> int | None:
 def downsample(points: list, limit: int, value=lambda point: point[1]) -> list:
     """At most about `limit` of a series' points, in order, for a chart: the first and the last, and each
     bucket's lowest and highest, so spikes and the latest value survive (a stride alone would drop them)."""
-    if limit < 4 or len(points) <= limit:
-        return list(points)
-    buckets = (limit - 2) // 2
-    inner = len(points) - 2
-    kept = [points[0]]
-    for bucket in range(buckets):
-        start, end = 1 + bucket * inner // buckets, 1 + (bucket + 1) * inner // buckets
-        if start >= end:
-            continue
-        low = min(range(start, end), key=lambda index: value(points[index]))
-        high = max(range(start, end), key=lambda index: value(points[index]))
-        kept.extend(points[index] for index in sorted({low, high}))
-    kept.append(points[-1])
-    return kept
+    thinning = Thinning(len(points), limit, value)
+    for point in points:
+        thinning.add(point)
+    return thinning.kept
+
+
+class Thinning:
+    """downsample() over a series read once, point by point, whose length is known first (a COUNT): the same points
+    kept, holding no more than they are, so a series of millions of points is never in memory whole."""
+
+    def __init__(self, length: int, limit: int, value=lambda point: point[1]):
+        self.length, self.value = length, value
+        self.keep_all = limit < 4 or length <= limit
+        self.buckets = max((limit - 2) // 2, 1)
+        self.inner = length - 2
+        self.seen = 0
+        self.kept: list = []
+        # The bucket being read (its number and where it ends), and its lowest and highest point so far.
+        self.bucket = -1
+        self.bucket_end = 1
+        self.low: tuple[int, object] | None = None
+        self.high: tuple[int, object] | None = None
+
+    def add(self, point) -> None:
+        index = self.seen
+        self.seen += 1
+        if self.keep_all or index == 0:
+            self.kept.append(point)
+            return
+        if index >= self.length - 1:
+            self._close_bucket()
+            self.kept.append(point)
+            return
+        if index >= self.bucket_end:
+            self._close_bucket()
+            while index >= self.bucket_end:  # a bucket of no point (a short series) is passed over
+                self.bucket += 1
+                self.bucket_end = 1 + (self.bucket + 1) * self.inner // self.buckets
+        # The first lowest and the first highest, as min() and max() keep them.
+        if self.low is None or self.value(point) < self.value(self.low[1]):
+            self.low = (index, point)
+        if self.high is None or self.value(point) > self.value(self.high[1]):
+            self.high = (index, point)
+
+    def _close_bucket(self) -> None:
+        if self.low is not None and self.high is not None:
+            ends = [self.low] if self.low[0] == self.high[0] else sorted([self.low, self.high], key=lambda end: end[0])
+            self.kept.extend(point for _, point in ends)
+        self.low = self.high = None
