@@ -27,10 +27,10 @@ from jobs.launch.network_policy import AllowedDestination
 from jobs.launch.plan import SshTarget
 from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
-from jobs.object_store.access import Reach, reach
+from jobs.object_store.access import Reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.parts import PartPlan, part_plan, parts_taken
-from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+from jobs.object_store.urls import ObjectUrlError, safe_key_part
 from jobs.results.outputs import FoundFile, OutputsResult
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
@@ -41,6 +41,10 @@ LIST_SCRIPT = (NODE_SCRIPTS / "outputs-list.py").read_text()
 UPLOAD_SCRIPT = (NODE_SCRIPTS / "outputs-upload.py").read_text()
 MAX_OUTPUT_FILES = 10000
 PUT_URL_LIFETIME_S = 3600
+# A file in parts may take longer than an hour: its parts' URLs last as long as its upload at this slow a rate
+# would, within the week SigV4 allows a presigned URL.
+SLOWEST_UPLOAD_BYTES_A_SECOND = 10 * 1024 * 1024
+LONGEST_URL_LIFETIME_S = 7 * 24 * 3600
 FOLDER = local_path("train_url").rstrip("/")
 
 
@@ -85,9 +89,12 @@ def output_reach(job_id: int) -> tuple[str, Reach] | None:
     text = object_url_of(job.parameter_pairs(), "train_url")
     if not text:
         return None
-    url = parse_object_url(text)
-    assert url is not None
-    return text, reach(text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+    return text, Storage.reach_for(text, job.pool_id, job.owner_id, job.owner.username)
+
+
+def parts_url_lifetime(size: int) -> int:
+    """How long the part URLs of a file of `size` bytes stay good: the whole upload at the slowest rate allowed."""
+    return min(PUT_URL_LIFETIME_S + -(-size // SLOWEST_UPLOAD_BYTES_A_SECOND), LONGEST_URL_LIFETIME_S)
 
 
 @dataclass(frozen=True)
@@ -185,7 +192,8 @@ class OutputSync:
                 self.failed[path] = str(error)[:300]
                 continue
             uploads[path] = OpenUpload(key, upload_id, plan)
-            urls = [self.where.store.presigned_part(bucket, key, upload_id, number, PUT_URL_LIFETIME_S)
+            lifetime = parts_url_lifetime(size)
+            urls = [self.where.store.presigned_part(bucket, key, upload_id, number, lifetime)
                     for number in range(1, plan.count + 1)]
             manifest.append({"path": path, "parts": {"size": size, "part_bytes": plan.part_bytes, "urls": urls}})
         return manifest

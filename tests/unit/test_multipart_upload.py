@@ -45,6 +45,15 @@ def test_a_file_that_would_need_more_than_ten_thousand_parts_gets_larger_parts_i
     assert plan.part_bytes * plan.count >= size and plan.part_bytes * (plan.count - 1) < size
 
 
+def test_a_large_files_part_urls_last_as_long_as_its_upload_at_a_slow_rate_within_a_week():
+    from jobs.runtime.data_out import parts_url_lifetime
+
+    assert parts_url_lifetime(64 * MIB) == 3600 + 7
+    assert parts_url_lifetime(500 * 1024 * MIB) == 3600 + 51_200, "500 GiB at 10 MiB/s"
+    assert parts_url_lifetime(5 * 1024 * 1024 * MIB) == 3600 + 524_288, "5 TiB, the largest object"
+    assert parts_url_lifetime(8 * 1024 * 1024 * MIB) == 7 * 24 * 3600
+
+
 def test_the_parts_are_joined_only_with_one_etag_a_part_and_nothing_made_up():
     plan = PartPlan(5 * MIB, 2)
     assert parts_taken(['"9b2cf535f27731c974343645a3985328"', "0cc175b9c0f1b6a831c399e269772661"], plan) == [
