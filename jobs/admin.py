@@ -36,6 +36,7 @@ from jobs.models import (
     SharedPath,
     Storage,
     TrainingJob,
+    UserStoreKeys,
     Worker,
 )
 from jobs.object_store.client import ObjectStore, StoreError
@@ -675,7 +676,8 @@ class StorageAdminForm(forms.ModelForm):
 
     class Meta:
         model = Storage
-        fields = ["name", "endpoint_url", "region", "path_style", "schemes", "user_bucket_prefix", "pools", "enabled"]
+        fields = ["name", "endpoint_url", "region", "path_style", "schemes", "user_bucket_prefix", "pools",
+                  "users_may_bring_keys", "enabled"]
 
     def clean(self):
         cleaned = super().clean() or {}
@@ -699,9 +701,9 @@ class StorageAdminForm(forms.ModelForm):
 @admin.register(Storage)
 class StorageAdmin(admin.ModelAdmin):
     form = StorageAdminForm
-    list_display = ["name", "endpoint_url", "schemes", "enabled"]
+    list_display = ["name", "endpoint_url", "schemes", "users_may_bring_keys", "enabled"]
     fields = ["name", "endpoint_url", "region", "path_style", "schemes", "access_key", "secret_key",
-              "user_bucket_prefix", "pools", "enabled"]
+              "user_bucket_prefix", "pools", "users_may_bring_keys", "enabled"]
     filter_horizontal = ["pools"]
     actions = ["check_store"]
 
@@ -714,6 +716,25 @@ class StorageAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{storage.name}: {error}", messages.ERROR)
             else:
                 self.message_user(request, _("%(name)s answers, and takes its keys.") % {"name": storage.name})
+
+
+@admin.register(UserStoreKeys)
+class UserStoreKeysAdmin(admin.ModelAdmin):
+    """Who keeps their own keys to which store, and since when; an administrator may delete them (a user who left,
+    keys known to have leaked), never read or change them: the sealed columns are in no view of this admin."""
+
+    list_display = ["user", "storage", "set_at"]
+    list_filter = ["storage"]
+    search_fields = ["user__username"]
+    list_select_related = ["user", "storage"]
+    fields = ["user", "storage", "set_at"]
+    readonly_fields = ["user", "storage", "set_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(SharedPath)

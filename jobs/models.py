@@ -20,8 +20,9 @@ from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, NOTICE_SIGNAL
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
+from jobs.object_store.access import Reach, reach
 from jobs.object_store.client import StoreAccess
-from jobs.object_store.urls import OBJECT_SCHEMES
+from jobs.object_store.urls import OBJECT_SCHEMES, parse_object_url
 
 from .secret_box import open_secret, seal_secret
 
@@ -170,7 +171,8 @@ class Storage(models.Model):
     The console holds its keys (sealed as node keys are, never shown back) and hands the nodes presigned
     URLs, one per object, so the bytes go between the store and the nodes and the keys never leave the
     console. With these keys each user reaches one bucket of their own (user_bucket): the keys could read
-    every bucket, the console lets a user name only theirs.
+    every bucket, the console lets a user name only theirs. Where the store allows it, a user may keep keys of
+    their own to it (UserStoreKeys), which reach whatever else the store lets those keys reach.
     """
 
     name = models.SlugField(max_length=64, unique=True)
@@ -188,6 +190,10 @@ class Storage(models.Model):
         help_text=_("Each user's bucket is this prefix, their user number and their name (user-3-alice)."))
     pools = models.ManyToManyField(ResourcePool, blank=True, related_name="storages",
                                    help_text=_("The pools whose jobs may use this store (none: every pool)."))
+    users_may_bring_keys = models.BooleanField(
+        default=False,
+        help_text=_("Users may keep their own keys to this store (sealed, never shown back) and name any bucket "
+                    "those keys reach; the store, not the console, then decides what they may read and write."))
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -220,6 +226,62 @@ class Storage(models.Model):
         """The store a URL of this scheme names for a job in this pool (no pool: any store; None: none answers)."""
         return next((storage for storage in usable_in_pool(cls.objects.all(), pool_id, any_without_pool=True)
                      if scheme in storage.schemes.split()), None)
+
+    def keys_of(self, user_id: int) -> StoreAccess | None:
+        """The user's own keys to this store, where it takes them and they set some."""
+        if not self.users_may_bring_keys:
+            return None
+        kept = UserStoreKeys.objects.filter(storage=self, user_id=user_id).first()
+        if kept is None:
+            return None
+        kept.storage = self
+        return kept.access()
+
+    @classmethod
+    def reach_for(cls, text: str, pool_id: int | None, user_id: int, username: str) -> Reach:
+        """Where the user's object URL leads for a job of this pool (no pool: any store), with the store's keys for
+        their own bucket or their own keys for another; ObjectUrlError, in words, where they may not go."""
+        url = parse_object_url(text)
+        storage = cls.answering(url.scheme, pool_id) if url else None
+        return reach(text, storage, user_id, username, storage.keys_of(user_id) if storage else None)
+
+
+class UserStoreKeys(models.Model):
+    """A user's own keys to one object store, sealed as the store's are and never shown back to anyone.
+
+    They reach the buckets beyond the user's own that the store lets them reach (jobs.object_store.access);
+    each job, listing and link made for the user uses them, so the store's own rules apply to what the user
+    reads and writes through the console.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="store_keys")
+    storage = models.ForeignKey(Storage, on_delete=models.CASCADE, related_name="user_keys")
+    sealed_access_key = models.TextField(editable=False)
+    sealed_secret_key = models.TextField(editable=False)
+    set_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["storage__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["user", "storage"], name="one_set_of_keys_per_user_and_store")]
+        verbose_name = _("user's object-store keys")
+        verbose_name_plural = _("users' object-store keys")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.storage}"
+
+    @classmethod
+    def keep(cls, user, storage: Storage, access_key: str, secret_key: str) -> "UserStoreKeys":
+        """Set or replace the user's keys to the store, sealed."""
+        kept, _made = cls.objects.update_or_create(user=user, storage=storage, defaults={
+            "sealed_access_key": seal_secret(access_key), "sealed_secret_key": seal_secret(secret_key),
+            "set_at": timezone.now()})
+        return kept
+
+    def access(self) -> StoreAccess:
+        """The store's address with these keys."""
+        return StoreAccess(endpoint_url=self.storage.endpoint_url, access_key=open_secret(self.sealed_access_key),
+                           secret_key=open_secret(self.sealed_secret_key), region=self.storage.region,
+                           path_style=self.storage.path_style)
 
 
 # Where a shared file system may not be mounted from or into: the system's own folders and the job's home.

@@ -2,6 +2,7 @@ from django.urls import path
 
 from jobs.pages import compare_page as compare_views
 from jobs.pages import evidence as evidence_views
+from jobs.pages import store_keys as store_key_views
 from jobs.pages import tokens as token_views
 from jobs.pages import views
 from jobs.pages import webhooks as webhook_views
@@ -24,6 +25,9 @@ urlpatterns = [
     path("capacity", views.capacity, name="capacity"),
     path("tokens", token_views.token_list, name="token-list"),
     path("tokens/<int:pk>/revoke", token_views.token_revoke, name="token-revoke"),
+    path("store-keys", store_key_views.store_keys_page, name="store-keys"),
+    path("store-keys/<int:storage_id>", store_key_views.store_keys_set, name="store-keys-set"),
+    path("store-keys/<int:storage_id>/remove", store_key_views.store_keys_remove, name="store-keys-remove"),
     path("webhook", webhook_views.webhook_page, name="webhook"),
     path("webhook/<str:action>", webhook_views.webhook_action, name="webhook-action"),
 ]

@@ -1,8 +1,8 @@
 """The user's data in the object stores: browse their buckets, and links to put and get files.
 
 The bytes never pass through the console: it signs a URL for each object (good for minutes), and the
-browser, `tc data push` or `tc data get` talk to the store with it. A user reaches only their own bucket
-(jobs.object_store.access), as the jobs' data_url and train_url do.
+browser, `tc data push` or `tc data get` talk to the store with it. A user reaches their own bucket, and
+others only with their own keys to the store (jobs.object_store.access), as the jobs' data_url and train_url do.
 """
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.models import Storage
-from jobs.object_store.access import Reach, reach
+from jobs.object_store.access import Reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
 
@@ -26,7 +26,7 @@ def _reach(request, text: str, field: str = "url") -> Reach:
         url = parse_object_url(text)
         if url is None:
             raise ObjectUrlError(f"{text!r} is not an object URL (s3://bucket/folder/ or obs://bucket/folder/)")
-        return reach(text, Storage.answering(url.scheme, None), request.user.pk, request.user.get_username())
+        return Storage.reach_for(text, None, request.user.pk, request.user.get_username())
     except (ObjectUrlError, StoreError) as error:
         raise ValidationError({field: [str(error)]}) from error
 

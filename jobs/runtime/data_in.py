@@ -1,7 +1,7 @@
 """A job's object-store input, brought to each worker's node before its container starts.
 
-The console lists the input with the store's keys (after checking the user may reach the bucket) and
-presigns one GET per object; the node's root fetches each object straight from the store into a cache of
+The console lists the input with the store's keys (after checking the bucket is the user's own), or with the
+user's own keys to the store for another bucket, and presigns one GET per object; the node's root fetches each object straight from the store into a cache of
 the node's (stage-inputs.py), so nothing passes through the console and no key leaves it. The worker's
 container then mounts the input read-only at /home/ma-user/modelarts/inputs.
 """
@@ -22,7 +22,6 @@ from jobs.launch.data_paths import DATA_URL_FOLDER, TRAIN_URL_FOLDER, object_url
 from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
-from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
 from jobs.runtime.containers import JOB_UID
@@ -40,6 +39,9 @@ class Download:
     url: str  # presigned GET: a bearer of the user's read access, never logged or shown
     size: int
     cache_key: str  # the store, the object and its version: the same bytes, wherever a job names them
+    # Listed with the user's own keys: the store may let them list what it does not let them read, so a copy in
+    # the node's cache is handed over only once the store answered this URL (stage-inputs.py).
+    check_access: bool = False
 
 
 # The modification time a file brought back from train_url gets (stage-inputs.py): unchanged since, it is
@@ -82,7 +84,7 @@ def checkpoint_downloads(job_id: int, url_text: str, path: str) -> list[Download
         url = parse_object_url(url_text)
         if url is None:
             raise ObjectUrlError("not an object URL")
-        where = reach(url_text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        where = Storage.reach_for(url_text, job.pool_id, job.owner_id, job.owner.username)
         key = url.prefix.rstrip("/")
         found = [item for item in where.store.objects(url.bucket, key, MAX_INPUT_OBJECTS)
                  if item.key == key or item.key.startswith(key + "/")]
@@ -94,7 +96,8 @@ def checkpoint_downloads(job_id: int, url_text: str, path: str) -> list[Download
             target = f"{TRAIN_URL_FOLDER}/{CHECKPOINT_FOLDER}/{path}" + (f"/{relative}" if relative else "")
             downloads.append(Download(
                 path=target, url=where.store.presigned_get(url.bucket, item.key, URL_LIFETIME_S), size=item.size,
-                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}"))
+                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}",
+                check_access=where.with_own_keys))
     except (ObjectUrlError, StoreError) as error:
         raise NodeError("console", "bringing the checkpoint back", f"{url_text}: {error}") from error
     if not downloads:
@@ -115,7 +118,7 @@ def _downloads(job_id: int, name: str, folder: str) -> list[Download] | None:
     try:
         url = parse_object_url(text)
         assert url is not None
-        where = reach(text, Storage.answering(url.scheme, job.pool_id), job.owner_id, job.owner.username)
+        where = Storage.reach_for(text, job.pool_id, job.owner_id, job.owner.username)
         prefix = url.folder_prefix
         downloads = []
         for item in where.store.objects(url.bucket, prefix, MAX_INPUT_OBJECTS):
@@ -129,7 +132,8 @@ def _downloads(job_id: int, name: str, folder: str) -> list[Download] | None:
                 path=f"{folder}/{relative}",
                 url=where.store.presigned_get(url.bucket, item.key, URL_LIFETIME_S),
                 size=item.size,
-                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}"))
+                cache_key=f"{where.endpoint_url}|{url.bucket}|{item.key}|{item.etag}|{item.size}",
+                check_access=where.with_own_keys))
     except (ObjectUrlError, StoreError) as error:
         raise NodeError("console", f"listing {name}", f"{text}: {error}") from error
     return downloads

@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 
 from jobs.models import ResourcePool, Storage
-from jobs.object_store.access import reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url
 
@@ -19,7 +18,7 @@ def object_url_problem(name: str, text: str, user_id: int | None, username: str,
             return ""
         if user_id is None:
             return _("Sign in to use an object store.")
-        where = reach(text, Storage.answering(url.scheme, pool.pk if pool else None), user_id, username)
+        where = Storage.reach_for(text, pool.pk if pool else None, user_id, username)
         if name == "data_url":
             if not where.store.bucket_exists(url.bucket):
                 return _("Bucket %(bucket)s does not exist yet: put your data in it first.") % {

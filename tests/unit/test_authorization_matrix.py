@@ -23,7 +23,8 @@ PAGE_READS = ["", "/live", "/log.txt", "/rebuild"]
 VISITOR_REFUSED_API = ["/api/v1/training-jobs", "/api/v1/code-dirs", "/api/v1/specs", "/api/v1/engines", "/api/v1/data",
                       "/api/v1/data/upload-links", "/api/v1/data/download-link", "/api/v1/training-jobs/compare?ids=1,2"]
 VISITOR_REFUSED_PAGES = ["/", "/jobs/new", "/jobs/bulk", "/jobs/preview", "/jobs/name-taken", "/capacity", "/tokens",
-                         "/webhook", "/webhook/rotate", "/jobs/compare?ids=1,2"]
+                         "/webhook", "/webhook/rotate", "/jobs/compare?ids=1,2", "/store-keys", "/store-keys/1",
+                         "/store-keys/1/remove"]
 
 # Every URL the console serves, by name, and the test of this module that covers it: a route added without
 # a place here fails test_every_route_of_the_console_is_in_the_matrix.
@@ -41,13 +42,16 @@ ROUTE_COVERAGE = {
                                                   "api-job-release-hold")},
     **{name: "visitor refused" for name in (
         "api-jobs", "api-code-dirs", "api-specs", "api-engines", "job-list", "job-create", "job-bulk",
-        "job-preview", "job-name-taken", "capacity", "token-list", "webhook", "webhook-action")},
-    # Signed in, each user reaches their own bucket only (tests/unit/test_object_storage.py, and
-    # tests/integration/test_object_storage.py against a real store).
+        "job-preview", "job-name-taken", "capacity", "token-list", "store-keys", "webhook", "webhook-action")},
+    # Signed in, each user reaches their own bucket, and others only with keys of their own to the store
+    # (tests/unit/test_object_storage.py, tests/unit/test_store_keys.py, and tests/integration/test_object_storage.py
+    # against a real store).
     **{name: "visitor refused" for name in ("api-data", "api-data-upload-links", "api-data-download-link")},
     **{name: "comparison of jobs" for name in ("job-compare", "api-jobs-compare")},
     "api-code-dir": "private code directory",
     "token-revoke": "another's token",
+    # Each user's own keys to a store: the routes name the store, never a user (tests/unit/test_store_keys.py).
+    **{name: "another's object-store keys" for name in ("store-keys-set", "store-keys-remove")},
     # Public on purpose: the schema and its docs describe the API and hold no one's data; signing in and
     # out and the language switch are for everyone; the admin has its own staff login and permissions
     # (tests/security/test_admin_node_keys.py, tests/unit/test_admin_force_release.py).
@@ -237,6 +241,26 @@ def test_nobody_revokes_anothers_api_token(client, people, owner, persona):
     client.force_login(people[persona])
     assert client.post(f"/tokens/{token.pk}/revoke").status_code == 404
     assert ApiToken.objects.filter(pk=token.pk).exists()
+
+
+@pytest.mark.parametrize("persona", ["teammate", "stranger", "staff"])
+def test_nobody_sees_replaces_or_removes_anothers_object_store_keys(client, people, owner, persona):
+    from jobs.models import Storage, UserStoreKeys
+
+    storage = Storage(name="team", endpoint_url="http://127.0.0.1:9", users_may_bring_keys=True)
+    storage.set_keys("store-access", "store-secret")
+    storage.save()
+    kept = UserStoreKeys.keep(owner, storage, "AKOWNERS0001", "owners-secret-1")
+    client.force_login(people[persona])
+
+    page = client.get("/store-keys").content.decode()
+    removed = client.post(f"/store-keys/{storage.pk}/remove")
+    client.post(f"/store-keys/{storage.pk}", {f"store-{storage.pk}-access_key": "AKTHEIRS0001",
+                                             f"store-{storage.pk}-secret_key": "theirs-secret-1",
+                                             f"store-{storage.pk}-bucket": "team-datasets"})
+
+    assert "set on" not in page and "AKOWNERS" not in page and removed.status_code == 404
+    assert UserStoreKeys.objects.get(pk=kept.pk).access().access_key == "AKOWNERS0001"
 
 
 def test_the_job_list_of_each_person_holds_only_their_own_jobs(make_job, finished_job, people, teammate):

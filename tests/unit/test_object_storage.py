@@ -79,6 +79,8 @@ def test_an_object_store_input_is_mounted_read_only_into_the_container_and_a_pat
 
 class FakeStorage:
     name = "local"
+    user_bucket_prefix = "user-"
+    users_may_bring_keys = False
 
     def access(self):
         return StoreAccess("http://127.0.0.1:9", "access", "secret")
@@ -167,6 +169,24 @@ def test_the_node_fetches_each_object_once_and_a_rerun_takes_it_from_its_cache(t
     assert "staged files=1 bytes=5000 fetched=0" in second.stdout and len(gets) == 1
     cached = tmp_path / "cache" / hashlib.sha256(b"store|b|a.bin|etag1|5000").hexdigest()
     assert cached.stat().st_mode & 0o777 == 0o644 and (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+
+
+def test_an_object_listed_with_a_users_own_keys_comes_from_the_cache_only_while_the_store_answers_its_url(
+        tmp_path, http_store):
+    served, base, gets = http_store
+    (served / "a.bin").write_bytes(b"a" * 5000)
+    (tmp_path / "worker").mkdir()
+    item = {"path": "data_url_0/a.bin", "url": f"{base}/a.bin", "size": 5000, "cache_key": "store|team|a.bin|e|5000"}
+    assert stage(tmp_path, [item]).returncode == 0, "the first job, whose keys read it, leaves it in the cache"
+
+    checked = stage(tmp_path, [{**item, "check_access": True}])
+    assert "staged files=1 bytes=5000 fetched=0" in checked.stdout, checked
+    assert len(gets) == 2, "one request to the store, answered before the cached copy was handed over"
+
+    (served / "a.bin").unlink()  # the store no longer gives it to these keys
+    refused = stage(tmp_path, [{**item, "check_access": True}])
+    assert refused.returncode != 0 and "fetching data_url_0/a.bin: HTTP Error 404" in refused.stdout
+    assert not (tmp_path / "worker/inputs/data_url_0/a.bin").exists()
 
 
 def test_the_node_refuses_a_path_out_of_the_input_folder_an_object_of_another_size_and_a_full_disk(tmp_path, http_store):

@@ -7,7 +7,7 @@ is reported and left as it is (the command then exits non-zero)."""
 from django.core.management.base import BaseCommand, CommandError
 from django.db import models, transaction
 
-from jobs.models import Node, ResourcePool, Storage, TrainingJob, Webhook
+from jobs.models import Node, ResourcePool, Storage, TrainingJob, UserStoreKeys, Webhook
 from jobs.secret_box import reseal
 
 # Every model field that holds a sealed secret.
@@ -19,6 +19,8 @@ SEALED_FIELDS: list[tuple[type[models.Model], str]] = [
     (ResourcePool, "sealed_slurm_jwt_key"),
     (Storage, "sealed_access_key"),
     (Storage, "sealed_secret_key"),
+    (UserStoreKeys, "sealed_access_key"),
+    (UserStoreKeys, "sealed_secret_key"),
 ]
 
 

@@ -1,6 +1,7 @@
 # Brings a job's object-store input to one worker's node, as the node's root, before its container starts.
 # Usage: python3 stage-inputs.py WORKDIR CACHE_DIR CACHE_LIMIT_BYTES RESERVE_BYTES [TARGET OWNER_UID], with the
-# manifest on stdin: a JSON list of {"path": "data_url_0/a/b", "url": presigned GET, "size": N, "cache_key": "..."}.
+# manifest on stdin: a JSON list of {"path": "data_url_0/a/b", "url": presigned GET, "size": N, "cache_key": "...",
+# "check_access": bool}.
 # With TARGET and OWNER_UID (a train_url brought back to resume from), the objects are copied under
 # WORKDIR/TARGET instead (the job's home, still root's: prepare-workdir.sh gives it to OWNER_UID after),
 # each with the modification time PREDOWNLOADED_MTIME_NS, which tells the output's upload they came from
@@ -10,7 +11,9 @@
 # key, its ETag and its size, and hard-linked into WORKDIR/inputs (root's, mounted read-only into the
 # container): a rerun finds its objects there and fetches nothing. The console checked the user may read
 # every object named (it listed them with the user's access and presigned each URL), so the cache never
-# gives anyone an object their own access could not read. Progress lines go to stdout once a second.
+# gives anyone an object their own access could not read. Keys a user brought may list what they may not
+# read: an object marked check_access is taken from the cache only once the store answered its URL (the
+# first byte of it). Progress lines go to stdout once a second.
 import concurrent.futures
 import hashlib
 import http.client
@@ -76,10 +79,22 @@ def place(source, target):
         os.utime(target, ns=(PREDOWNLOADED_MTIME_NS, PREDOWNLOADED_MTIME_NS))
 
 
+def store_answers(item):
+    """Whether the store gives this object to the item's URL (whose keys signed it): one byte asked for."""
+    request = urllib.request.Request(item["url"], headers={"Range": "bytes=0-0"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            answer.read(1)
+    except (OSError, http.client.HTTPException):
+        return False
+    return True
+
+
 def fetch(item, target):
-    """Place one object, from the cache when it is there; the bytes fetched from the store."""
+    """Place one object, from the cache when it is there (and its URL still answers, where it must be checked);
+    the bytes fetched from the store."""
     name = cached_name(item)
-    if is_cached(item):
+    if is_cached(item) and (not item.get("check_access") or store_answers(item)):
         try:
             os.utime(name)  # the least recently used go first when the cache is full
             place(name, target)
