@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,19 @@ def weed_binary() -> str:
     return found
 
 
-def keys(state_dir: Path) -> StoreKeys:
-    """The console's keys to its store, made on the first start and kept in state_dir/s3.json (mode 600)."""
+@dataclass(frozen=True)
+class Identity:
+    """Another holder of keys to the store, and what SeaweedFS lets it do: "Read", "List", "Write", each for every
+    bucket or, as "Read:team-datasets", for one."""
+
+    name: str
+    keys: StoreKeys
+    actions: tuple[str, ...]
+
+
+def keys(state_dir: Path, others: Sequence[Identity] = ()) -> StoreKeys:
+    """The console's keys to its store, made on the first start and kept in state_dir/s3.json (mode 600), with
+    `others` beside them there (keys a user of the console would bring; the console's own store has none)."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     config = state_dir / "s3.json"
     if config.exists():
@@ -48,7 +60,11 @@ def keys(state_dir: Path) -> StoreKeys:
         "name": "console",
         "credentials": [{"accessKey": made.access_key, "secretKey": made.secret_key}],
         "actions": ["Admin", "Read", "List", "Tagging", "Write"],
-    }]})
+    }, *({
+        "name": other.name,
+        "credentials": [{"accessKey": other.keys.access_key, "secretKey": other.keys.secret_key}],
+        "actions": list(other.actions),
+    } for other in others)]})
     descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as target:
         target.write(text)

@@ -6,6 +6,7 @@ above both folders, so a run of both starts each service once.
 """
 
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -174,18 +175,24 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
 
 # The tests' own SeaweedFS: its S3 gateway here, its master, volume and filer on the next three ports.
 OBJECT_STORE_PORT = 19000 + 10 * RUN_ID
+# A second identity of the tests' store, whose keys a team would hand its members: they list and read one bucket
+# no console user owns (tests/integration/test_object_storage.py sets them as a user's own keys).
+TEAM_BUCKET = "team-datasets"
+TEAM_READER = localstore.Identity(
+    "team-reader", localstore.StoreKeys("TEAM" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30)),
+    (f"Read:{TEAM_BUCKET}", f"List:{TEAM_BUCKET}"))
 
 
 class ObjectStoreServer:
     """The tests' SeaweedFS, which a fault test may stop and start again (its data stays)."""
 
-    def __init__(self, state: Path, address: str, port: int):
-        self.state, self.address, self.port = state, address, port
+    def __init__(self, state: Path, address: str, port: int, others: tuple[localstore.Identity, ...] = ()):
+        self.state, self.address, self.port, self.others = state, address, port, others
         self.endpoint = localstore.endpoint(address, port)
         self.process = None
 
     def start(self) -> None:
-        keys = localstore.keys(self.state)
+        keys = localstore.keys(self.state, self.others)
         self.process = services.start_object_store(localstore.server_argv(self.state, self.address, self.port),
                                                    self.address, self.port, TEST_OUTPUT / f"objectstore-{RUN_ID}.log")
         # Started again, it takes a few more seconds before the buckets it holds take writes (their volumes
@@ -219,7 +226,7 @@ def object_store(local_cluster, tmp_path_factory):
     """A real object store (SeaweedFS, as `make run` starts it) where the test cluster's nodes reach it."""
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
     server = ObjectStoreServer(tmp_path_factory.mktemp("objectstore"), localcluster.gateway(CLUSTER_OPTIONS["subnet"]),
-                               OBJECT_STORE_PORT)
+                               OBJECT_STORE_PORT, others=(TEAM_READER,))
     server.start()
     yield server
     server.stop()

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from jobs.management.commands.localstore import register
 from jobs.models import JobStatus, Node, SharedPath, Worker
 from jobs.object_store.client import ObjectStore
-from tests.conftest import RUN_ID
+from tests.conftest import RUN_ID, TEAM_BUCKET, TEAM_READER
 from tests.integration.helpers import log_text, submit_program, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -163,6 +163,58 @@ def test_another_users_bucket_is_refused_where_the_url_was_typed_and_their_outpu
     # The job is not the intruder's to see, nor its files to download (an admin sees the list, not the bytes).
     assert client.get(f"/api/v1/training-jobs/{job.pk}/outputs/checkpoints/step-0.txt").status_code == 404
     assert not Worker.objects.filter(job__owner=intruder).exists()
+
+
+@pytest.fixture
+def team_bucket(storage):
+    """A bucket no console user owns, holding the dataset under toy/, in a store that takes users' own keys: the
+    store's second identity (TEAM_READER) may list and read it, and nothing else."""
+    storage.users_may_bring_keys = True
+    storage.save()
+    store = ObjectStore(storage.access())
+    store.create_bucket(TEAM_BUCKET)
+    for key, body in DATASET.items():
+        store.client.put_object(Bucket=TEAM_BUCKET, Key=f"toy/{key}", Body=body)
+    return TEAM_BUCKET
+
+
+def test_a_user_with_keys_of_their_own_reads_a_team_bucket_and_a_user_without_them_is_refused(
+        api, owner, storage, team_bucket):
+    reader = TEAM_READER.keys
+    page = Client()
+    page.force_login(owner)
+    prefix = f"store-{storage.pk}-"
+    answer = page.post(f"/store-keys/{storage.pk}", {prefix + "access_key": reader.access_key,
+                                                     prefix + "secret_key": reader.secret_key,
+                                                     prefix + "bucket": team_bucket}, follow=True)
+    assert "Your keys to the local store are kept, sealed" in answer.content.decode(), answer.content.decode()
+
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{team_bucket}/toy/", parameters=steps(1))
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(job)
+    for rank in range(4):
+        assert f"rank {rank} read 3 files from /home/ma-user/modelarts/inputs/data_url_0/" in log, log
+    browsed = api.get("/api/v1/data", {"url": f"s3://{team_bucket}/toy/"})
+    assert browsed.status_code == 200 and {item["name"] for item in browsed.json()["objects"]} == {"labels.txt"}
+
+    newcomer = get_user_model().objects.create_user("newcomer", password="newcomer-password")
+    client = APIClient()
+    client.force_authenticate(newcomer)
+    body = {"name": "borrow", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 1,
+            "code_dir": "data_roundtrip", "boot_file": "data_roundtrip.py", "data_url": f"s3://{team_bucket}/toy/"}
+    refused = client.post("/api/v1/training-jobs", body, format="json")
+    assert refused.status_code == 400, refused.content
+    assert "add your own keys to it on the Object-store keys page" in str(refused.json())
+    assert client.get("/api/v1/data", {"url": f"s3://{team_bucket}/toy/"}).status_code == 400
+
+    # The user's keys appear nowhere the user, another user or an admin reads.
+    seen = [job.command, log, json.dumps(list(job.workers.values()), default=str),
+            json.dumps(list(job.events.values()), default=str), json.dumps(job.outputs_summary),
+            api.get(f"/api/v1/training-jobs/{job.pk}").content.decode(), browsed.content.decode(),
+            page.get(f"/jobs/{job.pk}").content.decode(), page.get("/store-keys").content.decode(),
+            refused.content.decode()]
+    for text in seen:
+        assert reader.secret_key not in text and reader.access_key not in text and "X-Amz-Signature" not in text
 
 
 @pytest.fixture
