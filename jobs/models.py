@@ -1295,6 +1295,7 @@ class ConsoleProcess(models.Model):
         BEAT = "beat", _("Scheduler (Celery beat)")
         RUNS_WORKER = "worker-runs", _("Worker of the runs queue")
         CONTROL_WORKER = "worker-control", _("Worker of the control queue")
+        SHELLS_WORKER = "worker-shells", _("Worker of the shells queue")
 
     name = models.CharField(max_length=20, choices=Role.choices, unique=True)
     seen_at = models.DateTimeField(null=True, blank=True)

@@ -85,14 +85,15 @@ class Command(BaseCommand):
             control = children.add("celery worker (control)", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker-control.log", concurrency=settings.CONTROL_THREADS,
                 preexec_fn=end_with_parent, queues="control", name="control"))
-            children.add("celery worker (shells)", lambda: services.start_celery_worker(
+            shells = children.add("celery worker (shells)", lambda: services.start_celery_worker(
                 {}, logs / "celery-worker-shells.log", concurrency=settings.SHELL_THREADS,
                 preexec_fn=end_with_parent, queues="shells", name="shells"))
             beat = children.add("celery beat", lambda: services.start_celery_beat({}, logs / "celery-beat.log",
                                                                                   end_with_parent))
             # Beat or a worker that hangs rather than exits is killed, then started again as if it had crashed.
             watch = ProcessWatch(children, beat, {ConsoleProcess.Role.RUNS_WORKER: runs,
-                                                  ConsoleProcess.Role.CONTROL_WORKER: control}, self.stderr.write)
+                                                  ConsoleProcess.Role.CONTROL_WORKER: control,
+                                                  ConsoleProcess.Role.SHELLS_WORKER: shells}, self.stderr.write)
             # uvicorn with the console's own HTTP protocol (a deadline on each request's headers).
             web = children.add("web server", lambda: subprocess.Popen(
                 services.web_server_command(host, port), cwd=settings.BASE_DIR, preexec_fn=end_with_parent))
