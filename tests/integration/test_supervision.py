@@ -117,6 +117,18 @@ def process_row(session: requests.Session, web_port: int, name: str = "beat") ->
 HUNG_LIMIT = 8  # seconds; beat then ticks every 2 s
 
 
+def hang_and_see_restarted(console, tmp_path, queue: str) -> None:
+    """SIGSTOP the console's worker of `queue`: it must be killed, said so, and a new one started."""
+    [worker] = [pid for pid, command in children_of(console.pid).items() if f"--queues {queue}" in command]
+    os.kill(worker, signal.SIGSTOP)
+    wait_until(lambda: [pid for pid, command in children_of(console.pid).items()
+                        if f"--queues {queue}" in command and pid != worker], HUNG_LIMIT + 15,
+               f"the hung {queue} worker was not started again")
+    assert not alive(worker), f"the hung {queue} worker was left behind"
+    assert re.search(rf"celery worker \({queue}\) silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it",
+                     (tmp_path / "runconsole.log").read_text())
+
+
 @pytest.mark.fault("Celery beat, then the runs worker, then the shells worker, hung (SIGSTOP) under the console",
                    "each killed and started again within HUNG_PROCESS_SECONDS; the capacity page says so")
 def test_the_console_kills_a_hung_beat_or_worker_and_starts_it_again_and_the_capacity_page_says_so(tmp_path):
@@ -143,26 +155,11 @@ def test_the_console_kills_a_hung_beat_or_worker_and_starts_it_again_and_the_cap
                          and "data-stale" not in row and row, 60, f"the new beat {new_beat} never ticked")
         assert re.search(r"killed after \d+ s of silence \(1 restart in all\)", row), row
 
-        [worker] = [pid for pid, command in children_of(console.pid).items() if "--queues runs" in command]
-        os.kill(worker, signal.SIGSTOP)
-
-        wait_until(lambda: [pid for pid, command in children_of(console.pid).items()
-                            if "--queues runs" in command and pid != worker], HUNG_LIMIT + 15,
-                   "the hung worker was not started again")
-        assert not alive(worker), "the hung worker was left behind"
-        assert re.search(rf"celery worker \(runs\) silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it",
-                         (tmp_path / "runconsole.log").read_text())
+        hang_and_see_restarted(console, tmp_path, "runs")
         assert re.search(r"killed after \d+ s of silence \(1 restart in all\)",
                          process_row(session, web_port, "worker-runs"))
 
         # The terminals' worker likewise: a hung one would leave every shell session unanswered.
         wait_until(lambda: "last seen" in process_row(session, web_port, "worker-shells"), 60,
                    "the shells worker was never seen")
-        [shells] = [pid for pid, command in children_of(console.pid).items() if "--queues shells" in command]
-        os.kill(shells, signal.SIGSTOP)
-        wait_until(lambda: [pid for pid, command in children_of(console.pid).items()
-                            if "--queues shells" in command and pid != shells], HUNG_LIMIT + 15,
-                   "the hung shells worker was not started again")
-        assert not alive(shells), "the hung shells worker was left behind"
-        assert re.search(rf"celery worker \(shells\) silent for \d+ s \(limit {HUNG_LIMIT} s\): killing it",
-                         (tmp_path / "runconsole.log").read_text())
+        hang_and_see_restarted(console, tmp_path, "shells")
