@@ -59,6 +59,9 @@ class NodeFacts(TypedDict, total=False):
     images: list[str]
     cdi: bool | None  # NVIDIA's CDI spec is there, so GPUs can be given to containers (None: not asked)
     containers: list[ContainerSeen]
+    # The file system that holds the jobs' work (and the inputs fetched for them): its size and what is free.
+    disk_total_bytes: int | None
+    disk_free_bytes: int | None
 
 
 def _sections(output: str) -> dict[str, list[str]]:
@@ -161,7 +164,16 @@ def parse_facts(output: str, wanted_ifnames: list[str]) -> NodeFacts:
         "images": sorted(line for line in sections.get("images", []) if ":" in line and not line.startswith("<none>")),
         "cdi": sections["cdi"][:1] == ["yes"] if "cdi" in sections else None,
         "containers": containers,
+        "disk_total_bytes": _disk(sections.get("disk", []))[0],
+        "disk_free_bytes": _disk(sections.get("disk", []))[1],
     }
+
+
+def _disk(lines: list[str]) -> tuple[int | None, int | None]:
+    """health-facts.sh's "SIZE FREE" of the work root's file system, each None when it is not a number."""
+    words = (lines[0].split() if lines else []) + ["", ""]
+    total, free = (int(word) if word.isascii() and word.isdigit() and len(word) < 20 else None for word in words[:2])
+    return total, free
 
 
 def socket_ifnames(x_args: str) -> list[str]:

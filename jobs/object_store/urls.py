@@ -17,6 +17,8 @@ BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # A key's part a user may name: no control characters, and no "." or ".." segment (a key becomes a path).
 BAD_SEGMENTS = {".", ".."}
+# The most objects one input may hold: checked at submission, and again when the run lists them.
+MAX_INPUT_OBJECTS = 20000
 
 
 class ObjectUrlError(ValueError):

@@ -23,12 +23,11 @@ from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
 from jobs.object_store.client import StoreError
-from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+from jobs.object_store.urls import MAX_INPUT_OBJECTS, ObjectUrlError, parse_object_url, safe_key_part
 from jobs.runtime.containers import JOB_UID
 from jobs.runtime.ssh import NodeError
 
 STAGE_SCRIPT = (Path(__file__).resolve().parent / "node_scripts" / "stage-inputs.py").read_text()
-MAX_INPUT_OBJECTS = 20000
 # Long enough for the slowest staging the console waits for; a URL is good for this job's staging only.
 URL_LIFETIME_S = 6 * 3600
 

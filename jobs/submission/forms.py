@@ -40,7 +40,7 @@ from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.results.watchdog import rank_exit_grace
 from jobs.submission.access import visible_code_dirs
-from jobs.submission.object_urls import object_url_problem
+from jobs.submission.object_urls import input_room, object_url_problem
 
 # The command builder's words for a wrong boot file, in the page's language.
 BUILDER_MESSAGES = {
@@ -529,9 +529,12 @@ class TrainingJobForm(forms.Form):
         given = [(key, key, cleaned.get(key) or "") for key in ("data_url", "train_url")]
         given += [("parameters", str(item["name"]), str(item["value"])) for item in cleaned.get("parameters") or []
                   if item.get("name") in ("data_url", "train_url")]
+        spec, node_count = cleaned.get("spec"), cleaned.get("node_count")
+        room = (input_room(runnable_nodes(spec, cleaned.get("pool")).values_list("health", flat=True), node_count)
+                if spec is not None and node_count and "pool" not in self.errors else None)
         for field_name, key, text in given:
             if text and field_name not in self.errors:
-                problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"))
+                problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"), room)
                 if problem:
                     self.add_error(field_name, problem)
 

@@ -3,15 +3,43 @@ or keep its output is refused where the user typed the URL, before it takes any 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
 from django.utils.translation import gettext as _
 
+from jobs.logs.store import readable_size
 from jobs.models import ResourcePool, Storage
 from jobs.object_store.client import StoreError
-from jobs.object_store.urls import ObjectUrlError, parse_object_url
+from jobs.object_store.urls import MAX_INPUT_OBJECTS, ObjectUrlError, parse_object_url
 
 
-def object_url_problem(name: str, text: str, user_id: int | None, username: str, pool: ResourcePool | None) -> str:
-    """Why `text`, typed as data_url or train_url, cannot be used ("" when it can, or when it is a path)."""
+@dataclass(frozen=True)
+class InputRoom:
+    """The most an input may take on each node a job may run on: the smallest work disk of the job's node count
+    best nodes (by their health checks' facts), less what a node keeps for itself (NODE_DISK_RESERVE_GB).
+    Its size, not what is free: a node's cache may already hold the input, and the node checks free space
+    itself before the first byte."""
+
+    bytes: int
+    reserve_bytes: int
+
+
+def input_room(nodes_health: Iterable[object], node_count: int) -> InputRoom | None:
+    """The room of the best `node_count` nodes whose checks reported their disk; None when fewer did."""
+    sizes = sorted((health["disk_total_bytes"] for health in nodes_health
+                    if isinstance(health, dict) and isinstance(health.get("disk_total_bytes"), int)), reverse=True)
+    if node_count < 1 or len(sizes) < node_count:
+        return None
+    reserve = settings.NODE_DISK_RESERVE_GB * 1024**3
+    return InputRoom(max(sizes[node_count - 1] - reserve, 0), reserve)
+
+
+def object_url_problem(name: str, text: str, user_id: int | None, username: str, pool: ResourcePool | None,
+                       input_room: InputRoom | None = None) -> str:
+    """Why `text`, typed as data_url or train_url, cannot be used ("" when it can, or when it is a path).
+    `input_room`: what the nodes the job may run on can hold of an input (None: not known)."""
     try:
         url = parse_object_url(text)
         if url is None:
@@ -23,8 +51,15 @@ def object_url_problem(name: str, text: str, user_id: int | None, username: str,
             if not where.store.bucket_exists(url.bucket):
                 return _("Bucket %(bucket)s does not exist yet: put your data in it first.") % {
                     "bucket": url.bucket}
-            if not where.store.has_any(url.bucket, url.folder_prefix):
+            # Every object, as the run will fetch them (StoreError past MAX_INPUT_OBJECTS, said as a limit).
+            size = sum(item.size for item in where.store.objects(url.bucket, url.folder_prefix, MAX_INPUT_OBJECTS))
+            if not size and not where.store.has_any(url.bucket, url.folder_prefix):
                 return _("Nothing is stored under %(url)s.") % {"url": text}
+            if input_room is not None and size > input_room.bytes:
+                return _("%(url)s holds %(size)s: more than the nodes this job may run on can hold (%(room)s each, "
+                         "keeping %(reserve)s for the node itself).") % {
+                    "url": text, "size": readable_size(size), "room": readable_size(input_room.bytes),
+                    "reserve": readable_size(input_room.reserve_bytes)}
         else:
             # The user's own bucket is made on first use, as the platform's output buckets are the user's.
             where.store.create_bucket(url.bucket)

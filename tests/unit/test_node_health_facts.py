@@ -169,6 +169,14 @@ def test_the_facts_script_runs_under_sh_and_reads_this_machine(tmp_path):
     assert facts["memory_gb"] > 0
     assert "lo" in facts["interfaces"]
     assert facts["containers"] == []
+    assert facts["disk_total_bytes"] > 0 and 0 <= facts["disk_free_bytes"] <= facts["disk_total_bytes"]
+
+
+def test_a_work_root_not_made_yet_is_measured_on_the_folder_above_it(tmp_path):
+    output = subprocess.run(["sh", "-s", "--", str(tmp_path / "not-yet" / "jobs")], input=FACTS_SCRIPT,
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    total = parse_facts(output, IFNAMES)["disk_total_bytes"]
+    assert total is not None and total == os.statvfs(tmp_path).f_blocks * os.statvfs(tmp_path).f_frsize
 
 
 @pytest.mark.parametrize("fields, shown", [

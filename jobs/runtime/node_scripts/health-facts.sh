@@ -27,6 +27,12 @@ echo "@@ images"
 command -v podman >/dev/null 2>&1 && timeout 20 podman images --noheading --format '{{.Repository}}:{{.Tag}}' 2>/dev/null
 echo "@@ cdi"
 if [ -f /etc/cdi/nvidia.yaml ] || [ -f /var/run/cdi/nvidia.yaml ] || [ -f /etc/cdi/nvidia.json ]; then echo yes; else echo no; fi
+echo "@@ disk"
+# The size and free space (bytes) of the file system that holds the work root ($1), or of the nearest folder
+# above it that exists (a node that has run no job yet has none).
+where=${1:-/}
+while [ ! -e "$where" ] && [ "$where" != / ]; do where=$(dirname "$where"); done
+df -PB1 "$where" 2>/dev/null | awk 'NR == 2 { print $2, $4 }'
 echo "@@ containers"
 # Job containers by their unique names, with their state and where their files are (a label set when the
 # container was made); an ended job's that is still here is a teardown that failed.
