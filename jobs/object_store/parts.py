@@ -32,7 +32,8 @@ class PartPlan:
 def part_plan(size: int, part_bytes: int) -> PartPlan | None:
     """The parts of a file of `size` bytes with parts of `part_bytes` (the setting), grown in whole MiB so that no
     file needs more than MOST_PARTS; None when the file goes in one PUT (it is not larger than one part)."""
-    part_bytes = max(part_bytes, SMALLEST_PART_BYTES)
+    # A part is also one PUT: never past what one PUT takes, whatever the setting says.
+    part_bytes = min(max(part_bytes, SMALLEST_PART_BYTES), LARGEST_SINGLE_PUT_BYTES)
     if size <= part_bytes:
         return None
     if size > part_bytes * MOST_PARTS:

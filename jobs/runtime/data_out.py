@@ -10,11 +10,13 @@ user could read is sent (links are not followed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
 import shlex
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,6 +99,11 @@ def parts_url_lifetime(size: int) -> int:
     return min(PUT_URL_LIFETIME_S + -(-size // SLOWEST_UPLOAD_BYTES_A_SECOND), LONGEST_URL_LIFETIME_S)
 
 
+def upload_time_limit(sizes: Iterable[int]) -> int:
+    """How long one look's uploads of files of these sizes may take: all of them at the slowest rate allowed."""
+    return parts_url_lifetime(sum(sizes))
+
+
 @dataclass(frozen=True)
 class OpenUpload:
     """A multipart upload opened for one file of the output, until it is completed or aborted."""
@@ -138,8 +145,10 @@ class OutputSync:
                     # One short line a file (and an ETag a part); more is not an answer of the upload script's.
                     limit = sum(ANSWER_BYTES_A_FILE + ANSWER_BYTES_A_PART * len(item.get("parts", {}).get("urls", []))
                                 for item in manifest)
+                    # As long as the files' upload takes at the slowest rate allowed: a large checkpoint is not cut
+                    # off at an hour, only to be started again from its first byte at the next look.
                     answer = await bounded_run(connection, ["python3", "-c", UPLOAD_SCRIPT, FOLDER], json.dumps(manifest),
-                                               limit=limit, timeout=3600)
+                                               limit=limit, timeout=upload_time_limit(files[path][0] for path in changed))
             except (OSError, asyncssh.Error, ValueError) as error:
                 raise NodeError(self.target.label, "uploading the outputs", str(error) or type(error).__name__) from error
             asked = {str(item["path"]): files[str(item["path"])] for item in manifest}
@@ -186,8 +195,14 @@ class OutputSync:
             if plan is None:
                 manifest.append({"path": path, "url": self.where.store.presigned_put(bucket, key, PUT_URL_LIFETIME_S)})
                 continue
+            starting = asyncio.ensure_future(asyncio.to_thread(self.where.store.start_multipart, bucket, key))
             try:
-                upload_id = await asyncio.to_thread(self.where.store.start_multipart, bucket, key)
+                upload_id = await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                # Cancelled (a stop, mpirun's end) while the store opened it: it is kept, so the sync's end aborts it.
+                with contextlib.suppress(Exception):
+                    uploads[path] = OpenUpload(key, await starting, plan)
+                raise
             except StoreError as error:
                 self.failed[path] = str(error)[:300]
                 continue
@@ -202,36 +217,42 @@ class OutputSync:
                             uploads: dict[str, OpenUpload]) -> None:
         """The upload script's answers, taken only for the files it was asked to upload; a file sent in parts
         counts once the store has joined them."""
+        answered: set[str] = set()
         for line in output.splitlines():
             try:
                 result = json.loads(line)
             except ValueError:
                 continue
             path = result.get("path") if isinstance(result, dict) else None
-            if not isinstance(path, str) or path not in asked:
+            # One answer a file, the first: what answers is the job's container, which may say more.
+            if not isinstance(path, str) or path not in asked or path in answered:
                 continue
+            answered.add(path)
             if "error" in result:
                 self.failed[path] = str(result["error"])[:300]
-            elif path in uploads and not await self._complete(path, uploads.pop(path), result.get("etags")):
-                continue
+            elif path in uploads:
+                # Counted only once the store has joined its parts; left in `uploads` (aborted) otherwise.
+                if await self._complete(path, uploads[path], result.get("etags")):
+                    del uploads[path]
+                    self.sent[path] = asked[path]
+                    self.failed.pop(path, None)
             else:
                 self.sent[path] = asked[path]
                 self.failed.pop(path, None)
 
     async def _complete(self, path: str, upload: OpenUpload, answer: object) -> bool:
-        """Join a file's parts; False, with the reason kept and the upload aborted, when that cannot be done."""
+        """Join a file's parts; False, with the reason kept, when that cannot be done (the sync's end aborts it)."""
         etags = parts_taken(answer, upload.plan)
+        if etags is None:
+            self.failed[path] = "its parts' upload did not answer one ETag a part"
+            return False
         try:
-            if etags is None:
-                self.failed[path] = "its parts' upload did not answer one ETag a part"
-            else:
-                await asyncio.to_thread(self.where.store.complete_multipart, self.where.url.bucket, upload.key,
-                                        upload.upload_id, etags)
-                return True
+            await asyncio.to_thread(self.where.store.complete_multipart, self.where.url.bucket, upload.key,
+                                    upload.upload_id, etags)
         except StoreError as error:
             self.failed[path] = str(error)[:300]
-        await self._abort([upload])
-        return False
+            return False
+        return True
 
     async def _abort(self, uploads: list[OpenUpload]) -> None:
         for upload in uploads:

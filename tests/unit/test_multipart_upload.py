@@ -107,14 +107,27 @@ def test_the_node_sends_each_part_to_its_own_url_and_hands_back_their_etags(tmp_
     assert answer["etags"] == [f'"{hashlib.md5(bodies[f"/part/{number}"]).hexdigest()}"' for number in (1, 2, 3)]
 
 
-def test_a_file_that_changed_size_since_the_listing_is_not_sent_in_the_parts_cut_for_its_old_size(tmp_path, part_server):
+def test_a_file_that_shrank_since_the_listing_is_not_sent_in_the_parts_cut_for_its_old_size(tmp_path, part_server):
     base, bodies = part_server
     (tmp_path / "model.pt").write_bytes(b"x" * (6 * MIB))
     parts = {"size": 11 * MIB, "part_bytes": 5 * MIB, "urls": [f"{base}/part/{number}" for number in (1, 2, 3)]}
 
     [answer] = upload(tmp_path, [{"path": "model.pt", "parts": parts}])
 
-    assert "changed while it was being uploaded" in answer["error"] and not bodies
+    assert "shrank while it was being uploaded" in answer["error"] and not bodies
+
+
+def test_a_file_that_grew_since_the_listing_is_sent_as_it_was_at_the_listings_size(tmp_path, part_server):
+    # A log or an event file, appended all the time: a snapshot now, the whole file at the next look.
+    base, bodies = part_server
+    content = bytes(range(256)) * (4096 * 13)  # 13 MiB
+    (tmp_path / "events.log").write_bytes(content)
+    parts = {"size": 11 * MIB, "part_bytes": 5 * MIB, "urls": [f"{base}/part/{number}" for number in (1, 2, 3)]}
+
+    [answer] = upload(tmp_path, [{"path": "events.log", "parts": parts}])
+
+    assert answer["size"] == 11 * MIB and len(answer["etags"]) == 3
+    assert b"".join(bodies[f"/part/{number}"] for number in (1, 2, 3)) == content[:11 * MIB]
 
 
 class FakeStore:
@@ -209,3 +222,57 @@ def test_an_upload_cut_short_by_the_node_leaves_no_open_multipart_upload(monkeyp
     with pytest.raises(data_out.NodeError):
         asyncio.run(sync.sync())
     assert sorted(store.started) == sorted(store.aborted) == ["runs/1/model.pt", "runs/1/other.pt"]
+
+
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_a_second_answer_for_a_file_cannot_count_it_as_sent_when_its_parts_were_not_joined(monkeypatch):
+    store = FakeStore()
+    # What answers is the job's container: a forged ETag list, then a plain "done" for the same file.
+    sync = a_faked_sync(monkeypatch, store, {"model.pt": 11 * MIB}, lambda manifest: "\n".join([
+        json.dumps({"path": "model.pt", "size": 11 * MIB, "etags": ['"a"']}),
+        json.dumps({"path": "model.pt", "size": 11 * MIB})]))
+    asyncio.run(sync.sync())
+    assert not sync.sent and store.completed == {} and store.aborted == ["runs/1/model.pt"]
+    assert sync.result().state == "upload_partial"
+
+
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_a_sync_cancelled_while_the_store_opens_an_upload_still_aborts_it(monkeypatch):
+    import threading
+
+    opening = threading.Event()
+    release = threading.Event()
+
+    class SlowToOpen(FakeStore):
+        def start_multipart(self, bucket, key):
+            opening.set()
+            release.wait(5)
+            return super().start_multipart(bucket, key)
+
+    store = SlowToOpen()
+    sync = a_faked_sync(monkeypatch, store, {"model.pt": 11 * MIB}, lambda manifest: "")
+
+    async def cancel_it_meanwhile():
+        task = asyncio.create_task(sync.sync())
+        await asyncio.to_thread(opening.wait, 5)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_it_meanwhile())
+    assert store.started == store.aborted == ["runs/1/model.pt"]
+
+
+def test_no_part_is_larger_than_one_put_takes_whatever_the_setting_says():
+    from jobs.object_store.parts import LARGEST_SINGLE_PUT_BYTES
+
+    plan = part_plan(20 * 1024 * MIB, 8 * 1024 * MIB)
+    assert plan is not None and plan.part_bytes == LARGEST_SINGLE_PUT_BYTES and plan.count == 4
+
+
+def test_one_looks_uploads_may_take_as_long_as_their_bytes_at_the_slowest_rate():
+    from jobs.runtime.data_out import upload_time_limit
+
+    assert upload_time_limit([50 * 1024 * MIB]) == 3600 + 5120, "50 GiB at 10 MiB/s: past the hour"
+    assert upload_time_limit([10, 20]) == 3601

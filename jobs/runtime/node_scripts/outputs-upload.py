@@ -31,9 +31,12 @@ def put(url, body, length):
 
 
 def upload_parts(source, size, parts):
-    if size != parts["size"]:
+    if size < parts["size"]:
         # The parts were cut for the size at the listing: the next look uploads the file as it is then.
-        raise ValueError(f"it changed while it was being uploaded ({parts['size']} bytes, then {size})")
+        raise ValueError(f"it shrank while it was being uploaded ({parts['size']} bytes, then {size})")
+    # A file that grew since (a log, an event file) is sent as it was at the listing's size: its first bytes,
+    # and its changed time has the next look send it whole.
+    size = parts["size"]
     etags = []
     for number, url in enumerate(parts["urls"]):
         offset = number * parts["part_bytes"]
@@ -53,7 +56,7 @@ for item in json.load(sys.stdin):
             size = os.fstat(source.fileno()).st_size
             if "parts" in item:
                 etags = upload_parts(source, size, item["parts"])
-                print(json.dumps({"path": item["path"], "size": size, "etags": etags}), flush=True)
+                print(json.dumps({"path": item["path"], "size": item["parts"]["size"], "etags": etags}), flush=True)
                 continue
             put(item["url"], source, size)
         print(json.dumps({"path": item["path"], "size": size}), flush=True)
