@@ -86,7 +86,7 @@ class JobMetrics(APIView):
     @extend_schema(summary="A job's metrics", responses=MetricsSerializer, parameters=[
         OpenApiParameter("after", int, description="A point id: the points after it (0: all)."),
         OpenApiParameter("max_points", int, description="With after=0: each series downsampled to about this many "
-                                                         "points (its first, last, and each stretch's lowest and highest).")])
+                                                         "points (its first, last, and each stretch's lowest and highest); 0 or from 4.")])
     def get(self, request, pk):
         job = _job(request, pk)
         try:
@@ -97,8 +97,9 @@ class JobMetrics(APIView):
             max_points = int(request.query_params.get("max_points", 0))
         except ValueError:
             return Response({"max_points": ["Must be a whole number."]}, status=status.HTTP_400_BAD_REQUEST)
-        if not 0 <= max_points <= METRIC_MAX_POINTS_LIMIT:
-            return Response({"max_points": [f"Must be from 0 to {METRIC_MAX_POINTS_LIMIT}."]},
+        if max_points and not 4 <= max_points <= METRIC_MAX_POINTS_LIMIT:
+            # 1 to 3 leave no room between a series' ends: it would come back whole.
+            return Response({"max_points": [f"Must be 0 (no downsampling, paged) or from 4 to {METRIC_MAX_POINTS_LIMIT}."]},
                             status=status.HTTP_400_BAD_REQUEST)
         definitions = job.metric_definitions or default_metric_definitions()
         counts = dict(job.metric_points.values("name").annotate(count=Count("id")).values_list("name", "count"))
@@ -156,14 +157,15 @@ def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
         point = SeriesPoint(*row)
         key = (point.name, point.rank)
         thinning = series.get(key) or series.setdefault(
-            key, Thinning(lengths[key], max_points, value=lambda point: point.value))
+            key, Thinning(lengths.get(key, 0), max_points, value=lambda point: point.value))
         thinning.add(point)
     kept: list = []
     cut = set()
     for (name, _rank), thinning in series.items():
-        if len(thinning.kept) < thinning.length:
+        shown = thinning.finish()
+        if len(shown) < thinning.seen:
             cut.add(name)
-        kept.extend(thinning.kept)
+        kept.extend(shown)
     kept.sort(key=lambda point: point.id)
     return kept, cut
 

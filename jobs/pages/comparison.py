@@ -85,16 +85,17 @@ def compared_series(job: TrainingJob, every_rank: bool) -> list[ComparedSeries]:
     if not every_rank:
         points = points.filter(Q(rank=0) | Q(rank__isnull=True))
     # Each series' length first, so that it is thinned as it is read, never held whole (a long run has millions of
-    # points); both reads stop at the same last point, so a point stored meanwhile changes neither.
+    # points); both reads stop at the same last point. A point committed between them below it (two monitors
+    # overlapping after a takeover) only makes its series a point longer or shorter than counted.
     points = points.filter(id__lte=points.aggregate(last=Max("id"))["last"] or 0)
     lengths = {(name, rank): count for name, rank, count in
                points.order_by().values_list("name", "rank").annotate(count=Count("id"))}
     lines: dict[tuple[str, int | None], Thinning] = {}  # in the order the series first appear
     for name, rank, step, value in (points.order_by("id").values_list("name", "rank", "step", "value")
                                     .iterator(chunk_size=20000)):
-        series = lines.get((name, rank)) or lines.setdefault((name, rank), Thinning(lengths[name, rank], SERIES_MAX_POINTS))
+        series = lines.get((name, rank)) or lines.setdefault((name, rank), Thinning(lengths.get((name, rank), 0), SERIES_MAX_POINTS))
         series.add([None if step is None else float(step), value])
-    return [{"job": job.pk, "metric": name, "rank": rank, "points": series.kept}
+    return [{"job": job.pk, "metric": name, "rank": rank, "points": series.finish()}
             for (name, rank), series in lines.items()]
 
 

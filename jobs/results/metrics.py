@@ -274,7 +274,7 @@ def downsample(points: list, limit: int, value=lambda point: point[1]) -> list:
     thinning = Thinning(len(points), limit, value)
     for point in points:
         thinning.add(point)
-    return thinning.kept
+    return thinning.finish()
 
 
 class Thinning:
@@ -283,7 +283,9 @@ class Thinning:
 
     def __init__(self, length: int, limit: int, value=lambda point: point[1]):
         self.length, self.value = length, value
-        self.keep_all = limit < 4 or length <= limit
+        # Fewer than 4 leaves no bucket between the ends: taken as 4, never as "keep everything".
+        limit = max(limit, 4)
+        self.keep_all = length <= limit
         self.buckets = max((limit - 2) // 2, 1)
         self.inner = length - 2
         self.seen = 0
@@ -293,10 +295,14 @@ class Thinning:
         self.bucket_end = 1
         self.low: tuple[int, object] | None = None
         self.high: tuple[int, object] | None = None
+        # The last point read, and whether it is among those kept (finish keeps it, as the series' end).
+        self.last: object = None
+        self.last_kept = True
 
     def add(self, point) -> None:
         index = self.seen
         self.seen += 1
+        self.last, self.last_kept = point, index == 0 or self.keep_all or index >= self.length - 1
         if self.keep_all or index == 0:
             self.kept.append(point)
             return
@@ -314,6 +320,16 @@ class Thinning:
             self.low = (index, point)
         if self.high is None or self.value(point) > self.value(self.high[1]):
             self.high = (index, point)
+
+    def finish(self) -> list:
+        """The points kept, once the series is read. A series shorter than its count said still ends with its last
+        point (after its open bucket's), so the latest value is always drawn."""
+        self._close_bucket()
+        if not self.last_kept:
+            if not self.kept or self.kept[-1] is not self.last:
+                self.kept.append(self.last)
+            self.last_kept = True
+        return self.kept
 
     def _close_bucket(self) -> None:
         if self.low is not None and self.high is not None:

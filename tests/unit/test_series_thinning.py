@@ -8,8 +8,10 @@ from jobs.results.metrics import Thinning, downsample
 
 
 def thinned_whole(points: list, limit: int) -> list:
-    """The rule as it reads on a whole list: the ends, then each bucket's first lowest and first highest point."""
-    if limit < 4 or len(points) <= limit:
+    """The rule as it reads on a whole list: the ends, then each bucket's first lowest and first highest point
+    (a limit under 4 leaves no bucket between the ends: it counts as 4)."""
+    limit = max(limit, 4)
+    if len(points) <= limit:
         return list(points)
     buckets = (limit - 2) // 2
     inner = len(points) - 2
@@ -30,7 +32,7 @@ def test_a_series_read_once_keeps_the_points_the_whole_list_rule_keeps(values, l
     thinning = Thinning(len(points), limit)
     for point in points:
         thinning.add(point)
-    assert thinning.kept == thinned_whole(points, limit) == downsample(points, limit)
+    assert thinning.finish() == thinned_whole(points, limit) == downsample(points, limit)
 
 
 def test_a_spike_and_the_last_value_survive_a_long_series():
@@ -42,3 +44,17 @@ def test_a_spike_and_the_last_value_survive_a_long_series():
         thinning.add(point)
     assert len(thinning.kept) <= 200
     assert [54_321, 99.0] in thinning.kept and thinning.kept[-1] == [99_999, 0.5] and thinning.kept[0] == [0, 1.0]
+
+
+def test_a_series_shorter_or_longer_than_its_count_still_keeps_its_ends():
+    points = [[step, float(step % 7)] for step in range(50)]
+    points[-1][1] = 3.5  # neither its bucket's lowest nor its highest
+    short = Thinning(60, 10)  # counted 60, read 50 (points committed after the count below the last id)
+    for point in points:
+        short.add(point)
+    kept = short.finish()
+    assert kept[0] == points[0] and kept[-1] == points[-1] and len(kept) <= 12
+    extra = Thinning(0, 10)  # a series first seen after the count
+    for point in points[:3]:
+        extra.add(point)
+    assert extra.finish() == points[:3]
