@@ -449,9 +449,9 @@ LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", "/var/lib/traini
 LOCALCLUSTER_SUBNET = env_str("LOCALCLUSTER_SUBNET", "10.77.0.0/24")
 LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0")
 LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
-# A job of a Slurm pool with a time limit (auto stop) is stopped this much longer before Slurm's limit than its
-# checkpoint grace: time for the last upload and the teardown, so the console ends the job (its ranks given their
-# notice) before Slurm kills it at the limit.
+# A job of a Slurm pool with a time limit (auto stop) is stopped this much, its checkpoint grace and
+# OUTPUT_FINAL_SYNC_SECONDS before Slurm's limit: time for the teardown, so the console ends the job (its ranks given
+# their notice, its last upload made) before Slurm kills it at the limit.
 SLURM_NOTICE_MARGIN_SECONDS = env_int("SLURM_NOTICE_MARGIN_SECONDS", 120, minimum=0)
 # The local Slurm (`manage.py localslurm up`, `make run SLURM=1`): its daemons' folder, the subnet, bridge and
 # namespace prefix of its own nodes (apart from the local cluster's, so that the console's allocator and Slurm

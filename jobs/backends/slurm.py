@@ -263,9 +263,13 @@ def lost_submission(job: TrainingJob, live: dict[int, list[LiveSlurmJob]]) -> in
 
 
 def notice_seconds(job: TrainingJob) -> int:
-    """How long before its Slurm time limit a job is stopped: its checkpoint grace, and time for the last upload
-    and the teardown."""
-    return job.checkpoint_grace_seconds + settings.SLURM_NOTICE_MARGIN_SECONDS
+    """How long before its Slurm time limit a job is stopped: its checkpoint grace, the most a stop's last upload
+    may take, and a margin for the teardown (jobs.submission.forms refuses a limit that leaves no time past it)."""
+    return stop_before_limit_seconds(job.checkpoint_grace_seconds)
+
+
+def stop_before_limit_seconds(grace_seconds: int) -> int:
+    return grace_seconds + settings.OUTPUT_FINAL_SYNC_SECONDS + settings.SLURM_NOTICE_MARGIN_SECONDS
 
 
 def submit_or_refuse(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:

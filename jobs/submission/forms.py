@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from jobs.allocation import runnable_node_count, runnable_nodes
+from jobs.backends.slurm import stop_before_limit_seconds
 from jobs.code_dirs.service import python_files
 from jobs.launch.checkpoint_contract import NOTICE_SIGNALS
 from jobs.launch.command_builder import (
@@ -476,7 +477,21 @@ class TrainingJobForm(forms.Form):
         self._check_checkpoint_choices(cleaned)
         if "auto_stop" in self.data:
             self._resolve_auto_stop(cleaned)
+        self._check_slurm_time_limit(cleaned)
         return cleaned
+
+    def _check_slurm_time_limit(self, cleaned: dict) -> None:
+        """On a Slurm pool, auto stop is Slurm's time limit, and the job is stopped its grace, last upload and
+        teardown before it (jobs.backends.slurm): a limit no longer than that would be stopped as it starts."""
+        pool, hours = cleaned.get("pool"), cleaned.get("auto_stop_hours")
+        if pool is None or not hours or pool.backend != ResourcePool.Backend.SLURM:
+            return
+        before = stop_before_limit_seconds(cleaned.get("checkpoint_grace_seconds") or 0)
+        if hours * 3600 <= before:
+            self.add_error("checkpoint_grace_seconds", _(
+                "On this Slurm pool a job is stopped %(seconds)s s before its auto stop of %(hours)s h (its notice, its "
+                "last upload and its teardown), which leaves it no time to run: choose a shorter notice or a later "
+                "auto stop.") % {"seconds": before, "hours": hours})
 
     def _check_interfaces(self, extra_args: str, spec, pool) -> None:
         """An interface OPENMPI_EXTRA_ARGS names (btl_tcp_if_include and the like) must be one every node the job

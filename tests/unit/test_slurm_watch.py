@@ -66,14 +66,14 @@ def slurm_runs(started: int, minutes: int):
 def test_a_job_near_its_slurm_time_limit_is_stopped_as_an_auto_stop_before_slurm_kills_it(make_job, owner, settings):
     import time
 
-    settings.SLURM_NOTICE_MARGIN_SECONDS = 120
+    settings.SLURM_NOTICE_MARGIN_SECONDS, settings.OUTPUT_FINAL_SYNC_SECONDS = 120, 300
     job = running_job(make_job, owner)
     TrainingJob.objects.filter(pk=job.pk).update(checkpoint_grace_seconds=30)
     job.refresh_from_db()
 
-    # 150 s before the limit: the grace (30) and the margin (120) are still ahead.
-    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 170, 60), job) is False
-    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 140, 60), job) is True
+    # 450 s before the limit: the grace (30), the last upload (300) and the margin (120) are still ahead.
+    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 470, 60), job) is False
+    assert look_at_running(slurm_runs(int(time.time()) - 3600 + 440, 60), job) is True
     job.refresh_from_db()
     assert (job.status, job.stop_reason) == (JobStatus.TERMINATING, StopReason.AUTO_STOP)
     assert job.status_message == "Stopped by auto stop: Slurm's time limit for job 77 is near"
@@ -240,3 +240,28 @@ def test_the_watch_does_nothing_on_a_console_without_a_slurm_pool(make_job, owne
     job.refresh_from_db()
     # Not even dispatched: the periodic dispatch and the wake-ups do that for the console's own pools.
     assert job.status == JobStatus.PENDING
+
+
+def test_a_slurm_pools_auto_stop_that_leaves_no_time_past_the_stop_before_it_is_refused_at_submission(
+        catalogue, api, settings, django_capture_on_commit_callbacks):
+    from jobs.models import LauncherDefaults, Node, ResourceSpec
+    from tests.fixtures import job_body
+
+    settings.OUTPUT_FINAL_SYNC_SECONDS, settings.SLURM_NOTICE_MARGIN_SECONDS = 300, 120
+    defaults = LauncherDefaults.current()
+    defaults.checkpoint_grace_max_seconds = 7200
+    defaults.save()
+    pool = ResourcePool.objects.create(name="slurm-p", backend=ResourcePool.Backend.SLURM)
+    Node.objects.filter(spec=ResourceSpec.objects.get(name="cpu")).update(pool=pool)
+
+    def submit(grace: int):
+        with django_capture_on_commit_callbacks(execute=False):
+            return api.post("/api/v1/training-jobs", job_body(pool="slurm-p", auto_stop_hours=1,
+                                                              checkpoint_grace_seconds=grace), format="json")
+
+    refused = submit(3180)  # 3180 + 300 + 120 = 3600: stopped as it starts
+    assert refused.status_code == 400
+    assert refused.json()["checkpoint_grace_seconds"] == [
+        "On this Slurm pool a job is stopped 3600 s before its auto stop of 1 h (its notice, its last upload and its "
+        "teardown), which leaves it no time to run: choose a shorter notice or a later auto stop."]
+    assert submit(60).status_code == 201
