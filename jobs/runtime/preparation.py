@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncssh
+
 from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
@@ -134,6 +136,24 @@ async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, 
         raise
 
 
+async def check_shared_paths(connection: asyncssh.SSHClientConnection, label: str, paths: Sequence[str]) -> None:
+    """Each shared file system the container is to mount must be, on this node, the folder it was registered as:
+    its text was checked (SharedPath), but a link on the node (the path itself or a folder above it) would have
+    podman mount wherever it leads, /etc as well as a dataset. NodeError, naming the path, otherwise."""
+    for path in paths:
+        step = f"mounting the shared file system {path}"
+        # An empty answer: nothing there (readlink -e resolves every link, and needs each part to exist).
+        resolved = (await run_checked(connection, label, step,
+                                      ["sh", "-c", 'readlink -e -- "$1" || true', "sh", path])).strip()
+        if not resolved:
+            raise NodeError(label, step, "it does not exist on this node: it is not mounted")
+        if resolved != path:
+            raise NodeError(label, step, f"it leads to {resolved} on this node (a link): it is not mounted")
+        kind = (await run_checked(connection, label, step, ["stat", "-c", "%F", "--", path])).strip()
+        if kind != "directory":
+            raise NodeError(label, step, f"it is a {kind} on this node, not a folder: it is not mounted")
+
+
 async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
                           inputs: Sequence[Staging]) -> ContainerStarted:
     label = worker.node.label
@@ -167,6 +187,7 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         else:
             await run_checked(connection, label, "laying out the job's files", layout)
 
+        await check_shared_paths(connection, label, plan.read_only_mounts)
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)
         try:

@@ -243,6 +243,22 @@ def test_an_input_on_a_shared_file_system_is_mounted_read_only_not_copied(api, s
     assert not (shared_folder / "datasets" / "toy" / "scribble.txt").exists()
 
 
+def test_a_shared_path_that_is_a_link_on_the_node_is_not_mounted_and_the_job_fails_saying_where_it_leads(api, console):
+    # A registered path checked by its text only; on the nodes it is a link to /etc, which podman would mount.
+    link = Path(f"/mnt/tc-test-link-{RUN_ID}")
+    link.unlink(missing_ok=True)
+    link.symlink_to("/etc")
+    try:
+        SharedPath.objects.create(name="linked", path=str(link))
+        job = submit_program(api, "data_roundtrip.py", data_url=f"{link}/ssh", parameters=steps(1))
+        job = wait_for(job, [JobStatus.FAILED], timeout=240)
+    finally:
+        link.unlink(missing_ok=True)
+    assert f"mounting the shared file system {link}" in job.status_message, job.status_message
+    assert "it leads to /etc on this node (a link): it is not mounted" in job.status_message
+    assert "rank 0 read" not in log_text(job), "no program ran with the link mounted"
+
+
 def test_a_job_that_brings_its_train_url_back_resumes_after_the_last_checkpoint_and_uploads_only_the_new_ones(
         api, storage, bucket):
     first = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
