@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from django.db.models import Count, Max
+from django.db.models import Count
 from django.http import FileResponse, Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -20,7 +20,8 @@ from rest_framework.views import APIView
 from jobs.models import Storage
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
-from jobs.results.metrics import Thinning, default_metric_definitions
+from jobs.results.metric_series import thinned_series
+from jobs.results.metrics import default_metric_definitions
 from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
 from jobs.results.watchdog import watchdog_limit
@@ -147,27 +148,12 @@ class SeriesPoint(NamedTuple):
 
 def _downsampled_points(job, max_points: int) -> tuple[list, set[str]]:
     """Every series of the job at most about max_points long, in id order, and the metrics that were cut."""
-    # Plain rows, not model instances, each series thinned as it is read (jobs.results.metrics.Thinning): a long
-    # run has millions of points. Its length is counted first, up to the same last point as the read.
-    rows = job.metric_points.filter(id__lte=job.metric_points.aggregate(last=Max("id"))["last"] or 0)
-    lengths = {(name, rank): count for name, rank, count in
-               rows.order_by().values_list("name", "rank").annotate(count=Count("id"))}
-    series: dict[tuple, Thinning] = {}
-    for row in rows.order_by("id").values_list("id", "name", "rank", "step", "value", "at").iterator(chunk_size=20000):
-        point = SeriesPoint(*row)
-        key = (point.name, point.rank)
-        thinning = series.get(key) or series.setdefault(
-            key, Thinning(lengths.get(key, 0), max_points, value=lambda point: point.value))
-        thinning.add(point)
-    kept: list = []
-    cut = set()
-    for (name, _rank), thinning in series.items():
-        shown = thinning.finish()
-        if len(shown) < thinning.seen:
-            cut.add(name)
-        kept.extend(shown)
-    kept.sort(key=lambda point: point.id)
-    return kept, cut
+    # Plain rows, not model instances: a long run has millions of points (jobs.results.metric_series).
+    series = thinned_series(job.metric_points.all(), ("id", "step", "value", "at"), max_points,
+                            make=lambda row: SeriesPoint(row[2], row[0], row[1], *row[3:]),
+                            value=lambda point: point.value)
+    kept = sorted((point for shown, _length in series.values() for point in shown), key=lambda point: point.id)
+    return kept, {name for (name, _rank), (shown, length) in series.items() if len(shown) < length}
 
 
 def stored_object_url(job, path: str) -> str:

@@ -4,12 +4,12 @@ metric series for the overlaid charts. The comparison page, the API and `tc comp
 
 from typing import TypedDict
 
-from django.db.models import Count, Max, Q
+from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from jobs.launch.masking import MASK, looks_secret, mask_shell_text
 from jobs.models import TrainingJob
-from jobs.results.metrics import Thinning
+from jobs.results.metric_series import thinned_series
 from jobs.results.nccl_panel import nccl_report
 from jobs.submission.access import visible_jobs
 
@@ -84,19 +84,11 @@ def compared_series(job: TrainingJob, every_rank: bool) -> list[ComparedSeries]:
     points = job.metric_points.all()
     if not every_rank:
         points = points.filter(Q(rank=0) | Q(rank__isnull=True))
-    # Each series' length first, so that it is thinned as it is read, never held whole (a long run has millions of
-    # points); both reads stop at the same last point. A point committed between them below it (two monitors
-    # overlapping after a takeover) only makes its series a point longer or shorter than counted.
-    points = points.filter(id__lte=points.aggregate(last=Max("id"))["last"] or 0)
-    lengths = {(name, rank): count for name, rank, count in
-               points.order_by().values_list("name", "rank").annotate(count=Count("id"))}
-    lines: dict[tuple[str, int | None], Thinning] = {}  # in the order the series first appear
-    for name, rank, step, value in (points.order_by("id").values_list("name", "rank", "step", "value")
-                                    .iterator(chunk_size=20000)):
-        series = lines.get((name, rank)) or lines.setdefault((name, rank), Thinning(lengths.get((name, rank), 0), SERIES_MAX_POINTS))
-        series.add([None if step is None else float(step), value])
-    return [{"job": job.pk, "metric": name, "rank": rank, "points": series.finish()}
-            for (name, rank), series in lines.items()]
+    series = thinned_series(points, ("step", "value"), SERIES_MAX_POINTS,
+                            make=lambda row: [None if row[2] is None else float(row[2]), row[3]],
+                            value=lambda point: point[1])
+    return [{"job": job.pk, "metric": name, "rank": rank, "points": kept}
+            for (name, rank), (kept, _length) in series.items()]
 
 
 def comparison(user, ids: list[int], every_rank: bool = False) -> Comparison:

@@ -198,3 +198,19 @@ def test_tc_compare_shows_a_value_with_escape_sequences_as_their_escapes_on_one_
     text = comparison_text(answer)
     assert "\x1b" not in text and "\x07" not in text and "x\\x0ay" in text and "\\x1b]0;owned\\x07" in text
     assert len(text.splitlines()) == 3
+
+
+def test_a_long_series_is_compared_thinned_with_its_ends_and_its_spike(make_job):
+    from jobs.pages.comparison import SERIES_MAX_POINTS, compared_series
+
+    job = make_job(status=JobStatus.COMPLETED)
+    values = [1.0] * 5000
+    values[3210], values[-1] = 42.0, 0.5
+    MetricPoint.objects.bulk_create(MetricPoint(job=job, name="loss", rank=0, step=step, value=value, seq=step + 1,
+                                                at=timezone.now()) for step, value in enumerate(values))
+
+    [series] = compared_series(job, every_rank=False)
+
+    assert len(series["points"]) <= SERIES_MAX_POINTS
+    assert series["points"][0] == [0.0, 1.0] and series["points"][-1] == [4999.0, 0.5]
+    assert [3210.0, 42.0] in series["points"]
