@@ -54,9 +54,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(answer.body)))
         self.end_headers()
-        self.wfile.write(answer.body)
+        if self.command != "HEAD":
+            self.wfile.write(answer.body)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
     def log_message(self, *args):
         pass  # the test's output is the test's own

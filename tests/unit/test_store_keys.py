@@ -3,9 +3,7 @@ store, never shown back), who may see or change them, and how they are kept. The
 HTTP server that answers as an S3 gateway does to a HEAD of a bucket; the real store is in
 tests/integration/test_object_storage.py."""
 
-import http.server
 import re
-import threading
 
 import pytest
 from django.db import connection
@@ -19,6 +17,7 @@ from jobs.object_store.urls import ObjectUrlError
 from jobs.pages.store_keys import StoreKeysForm
 from jobs.secret_box import open_secret
 from tests.fixtures import person
+from tests.http_recorder import Answer, Recorder, Request
 from tests.unit.test_object_storage import FakeStorage
 
 pytestmark = pytest.mark.django_db
@@ -32,27 +31,21 @@ TEAM_BUCKET = "team-datasets"
 def gateway():
     """The store's S3 gateway as far as the page asks it: the team's keys find team-datasets and nothing else;
     any other key is refused, as a store refuses keys it does not know."""
-    asked = []
+    def answer(request: Request) -> Answer:
+        credential = re.search(r"Credential=([^/]+)/", request.headers.get("Authorization", ""))
+        if not credential or credential.group(1) != TEAM_ACCESS_KEY:
+            return Answer(403, {})
+        return Answer(200 if request.path.strip("/") == TEAM_BUCKET else 404, {})
 
-    class Gateway(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            credential = re.search(r"Credential=([^/]+)/", self.headers.get("Authorization", ""))
-            asked.append((credential.group(1) if credential else "", self.path))
-            if not credential or credential.group(1) != TEAM_ACCESS_KEY:
-                status = 403
-            else:
-                status = 200 if self.path.strip("/") == TEAM_BUCKET else 404
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    with Recorder(answer=answer) as server:
+        yield server.url, server
 
-        def log_message(self, *args):
-            pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    server.shutdown()
+def asked(server: Recorder) -> list[tuple[str, str]]:
+    """(the access key the request was signed with, the path) of each HEAD the gateway answered."""
+    found = [(re.search(r"Credential=([^/]+)/", request.headers.get("Authorization", "")), request.path)
+             for request in server.seen if request.method == "HEAD"]
+    return [(credential.group(1) if credential else "", path) for credential, path in found]
 
 
 def a_storage(name="team", endpoint="http://127.0.0.1:9", users_may_bring_keys=True) -> Storage:
@@ -180,13 +173,13 @@ def shows_any_part_of_the_keys(content: bytes) -> bool:
 
 
 def test_a_user_sets_keys_the_store_takes_and_the_page_says_only_when(client, owner, gateway):
-    endpoint, asked = gateway
+    endpoint, server = gateway
     storage = a_storage(endpoint=endpoint)
     client.force_login(owner)
 
     answer = client.post(f"/store-keys/{storage.pk}", keys_form(storage), follow=True)
 
-    assert answer.status_code == 200 and asked == [(TEAM_ACCESS_KEY, f"/{TEAM_BUCKET}")]
+    assert answer.status_code == 200 and asked(server) == [(TEAM_ACCESS_KEY, f"/{TEAM_BUCKET}")]
     kept = UserStoreKeys.objects.get(user=owner, storage=storage)
     assert (kept.access().access_key, kept.access().secret_key) == (TEAM_ACCESS_KEY, TEAM_SECRET_KEY)
     page = client.get("/store-keys")
@@ -196,7 +189,7 @@ def test_a_user_sets_keys_the_store_takes_and_the_page_says_only_when(client, ow
 
 
 def test_a_user_replaces_then_removes_their_keys(client, owner, gateway):
-    endpoint, _asked = gateway
+    endpoint, _server = gateway
     storage = a_storage(endpoint=endpoint)
     UserStoreKeys.keep(owner, storage, "AKOLDKEY0001", "old-secret-value")
     client.force_login(owner)
@@ -214,7 +207,7 @@ def test_a_user_replaces_then_removes_their_keys(client, owner, gateway):
     ({"bucket": "no-such-bucket"}, "The team store has no bucket no-such-bucket."),
 ])
 def test_keys_the_store_refuses_are_not_kept_and_the_page_says_why(client, owner, gateway, fields, words):
-    endpoint, _asked = gateway
+    endpoint, _server = gateway
     storage = a_storage(endpoint=endpoint)
     client.force_login(owner)
 
@@ -245,7 +238,7 @@ def test_a_store_that_takes_no_users_keys_is_not_offered_and_refuses_them(client
 
 
 def test_another_user_neither_sees_nor_changes_nor_removes_someones_keys(client, owner, stranger, gateway):
-    endpoint, _asked = gateway
+    endpoint, _server = gateway
     storage = a_storage(endpoint=endpoint)
     kept = UserStoreKeys.keep(owner, storage, TEAM_ACCESS_KEY, TEAM_SECRET_KEY)
     client.force_login(stranger)
