@@ -213,9 +213,12 @@ class Storage(models.Model):
         self.sealed_access_key, self.sealed_secret_key = seal_secret(access_key), seal_secret(secret_key)
 
     def access(self) -> StoreAccess:
-        return StoreAccess(endpoint_url=self.endpoint_url, access_key=open_secret(self.sealed_access_key),
-                           secret_key=open_secret(self.sealed_secret_key), region=self.region,
-                           path_style=self.path_style)
+        return self.access_with(open_secret(self.sealed_access_key), open_secret(self.sealed_secret_key))
+
+    def access_with(self, access_key: str, secret_key: str) -> StoreAccess:
+        """This store's address with the keys given (its own, a user's kept ones, or ones being checked)."""
+        return StoreAccess(endpoint_url=self.endpoint_url, access_key=access_key, secret_key=secret_key,
+                           region=self.region, path_style=self.path_style)
 
     def user_bucket(self, user_id: int, username: str) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")
@@ -279,9 +282,7 @@ class UserStoreKeys(models.Model):
 
     def access(self) -> StoreAccess:
         """The store's address with these keys."""
-        return StoreAccess(endpoint_url=self.storage.endpoint_url, access_key=open_secret(self.sealed_access_key),
-                           secret_key=open_secret(self.sealed_secret_key), region=self.storage.region,
-                           path_style=self.storage.path_style)
+        return self.storage.access_with(open_secret(self.sealed_access_key), open_secret(self.sealed_secret_key))
 
 
 # Where a shared file system may not be mounted from or into: the system's own folders and the job's home.

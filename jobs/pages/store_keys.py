@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from jobs.models import Storage, UserStoreKeys
-from jobs.object_store.client import ObjectStore, StoreAccess, StoreError
+from jobs.object_store.client import ObjectStore, StoreError
 from jobs.object_store.urls import BUCKET
 
 # What S3, OBS, Ceph and SeaweedFS hand out: access key ids of letters and digits (a few stores add . _ - + / =),
@@ -55,9 +55,7 @@ class StoreKeysForm(forms.Form):
 
     def store_takes_them(self, storage: Storage) -> bool:
         """Whether the store answers the keys for the bucket named; says why not on the form otherwise."""
-        access = StoreAccess(endpoint_url=storage.endpoint_url, access_key=self.cleaned_data["access_key"],
-                             secret_key=self.cleaned_data["secret_key"], region=storage.region,
-                             path_style=storage.path_style)
+        access = storage.access_with(self.cleaned_data["access_key"], self.cleaned_data["secret_key"])
         bucket = self.cleaned_data["bucket"]
         try:
             found = ObjectStore(access).bucket_exists(bucket)
