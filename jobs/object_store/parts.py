@@ -24,10 +24,6 @@ class PartPlan:
     part_bytes: int
     count: int
 
-    def ranges(self, size: int) -> list[tuple[int, int]]:
-        """(offset, length) of each part of a file of `size` bytes."""
-        return [(offset, min(self.part_bytes, size - offset)) for offset in range(0, size, self.part_bytes)]
-
 
 def part_plan(size: int, part_bytes: int) -> PartPlan | None:
     """The parts of a file of `size` bytes with parts of `part_bytes` (the setting), grown in whole MiB so that no

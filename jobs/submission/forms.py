@@ -545,8 +545,10 @@ class TrainingJobForm(forms.Form):
         given += [("parameters", str(item["name"]), str(item["value"])) for item in cleaned.get("parameters") or []
                   if item.get("name") in ("data_url", "train_url")]
         spec, node_count = cleaned.get("spec"), cleaned.get("node_count")
+        # The nodes' disks are read only for a job with an object-store input: most submissions have none.
         room = (input_room(runnable_nodes(spec, cleaned.get("pool")).values_list("health", flat=True), node_count)
-                if spec is not None and node_count and "pool" not in self.errors else None)
+                if spec is not None and node_count and "pool" not in self.errors
+                and any(key == "data_url" and has_scheme(text) for _field, key, text in given) else None)
         for field_name, key, text in given:
             if text and field_name not in self.errors:
                 problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"), room)
