@@ -142,16 +142,18 @@ async def check_shared_paths(connection: asyncssh.SSHClientConnection, label: st
     podman mount wherever it leads, /etc as well as a dataset. NodeError, naming the path, otherwise."""
     for path in paths:
         step = f"mounting the shared file system {path}"
-        # An empty answer: nothing there (readlink -e resolves every link, and needs each part to exist).
-        resolved = (await run_checked(connection, label, step,
-                                      ["sh", "-c", 'readlink -e -- "$1" || true', "sh", path])).strip()
+        # One look a path: where it resolves (readlink -e follows every link and needs each part to exist; nothing
+        # when it does not), and whether that is a folder.
+        answer = (await run_checked(connection, label, step, [
+            "sh", "-c", 'where=$(readlink -e -- "$1") || exit 0; [ -d "$where" ] && echo "dir $where" || echo "other $where"',
+            "sh", path])).strip()
+        kind, _, resolved = answer.partition(" ")
         if not resolved:
             raise NodeError(label, step, "it does not exist on this node: it is not mounted")
         if resolved != path:
             raise NodeError(label, step, f"it leads to {resolved} on this node (a link): it is not mounted")
-        kind = (await run_checked(connection, label, step, ["stat", "-c", "%F", "--", path])).strip()
-        if kind != "directory":
-            raise NodeError(label, step, f"it is a {kind} on this node, not a folder: it is not mounted")
+        if kind != "dir":
+            raise NodeError(label, step, "it is not a folder on this node: it is not mounted")
 
 
 async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
