@@ -652,6 +652,9 @@ class StopReason(models.TextChoices):
 # for one Slurm put back in its queue (a preemption or a lost node, with --requeue) while the job ran.
 SLURM_VANISHED = "VANISHED"
 SLURM_REQUEUED = "REQUEUED"
+# ...and for one Slurm is preempting: it keeps running for the preemption's grace (the QOS's or partition's
+# GraceTime), then Slurm requeues it; the console stops it at once so that its ranks get their notice.
+SLURM_PREEMPTING = "PREEMPTING"
 
 
 # How far back a chain of Rebuilds that resume is followed for a checkpoint.
@@ -761,6 +764,9 @@ class TrainingJob(models.Model):
     held_until = models.DateTimeField(null=True, blank=True, editable=False)
     # When this attempt's notice went out (a checkpoint saved after it says how long it took).
     notice_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When a stop must be over because its nodes are taken back then (Slurm's preemption grace ends): the
+    # notice is cut short to leave the teardown its time. None: the stop takes the job's whole grace.
+    notice_ends_by = models.DateTimeField(null=True, blank=True, editable=False)
     # The last log sequence number before each attempt after the first: attempt N's lines follow entry N-2.
     attempt_log_starts = models.JSONField(default=list, blank=True, editable=False)
     # A job of a Slurm pool: its Slurm job (one for all its attempts: Slurm requeues it), Slurm's state and
@@ -949,9 +955,11 @@ class TrainingJob(models.Model):
         to run it as its next attempt, which is not one of the attempts auto restart counts."""
         if self.stop_reason != StopReason.SLURM:
             raise IllegalTransition(f"job {self.pk}: only Slurm's own stop puts a job back in the queue")
-        # Slurm requeued its job: the same Slurm job runs the next attempt. Otherwise (Slurm ended it: its
+        # Slurm requeued its job (or will, once the preemption's grace is over): the same Slurm job runs the next
+        # attempt. Otherwise (Slurm ended it: its
         # preemption mode cancels, or it does not requeue on a lost node) the next attempt is submitted anew.
-        again = {} if self.slurm_state == SLURM_REQUEUED else {"slurm_job_id": None, "slurm_released": True}
+        requeued = self.slurm_state in (SLURM_REQUEUED, SLURM_PREEMPTING)
+        again = {} if requeued else {"slurm_job_id": None, "slurm_released": True}
         self._requeue(f"Requeued by Slurm ({reason}): attempt {self.restart_count + 2} waits for Slurm", log_seq,
                       max_restarts=self.max_restarts + 1, stop_reason=StopReason.USER, **again)
 
@@ -959,7 +967,7 @@ class TrainingJob(models.Model):
         self.transition(JobStatus.PENDING, message,
                         restart_count=self.restart_count + 1, attempt_log_starts=[*self.attempt_log_starts, log_seq],
                         heartbeat_at=None, run_owner="", launch_cursor={}, started_at=None, exit_code=None,
-                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={}, notice_sent_at=None,
+                        suspected_hung_since=None, silent_ranks=[], failure={}, cleanup_report={}, notice_sent_at=None, notice_ends_by=None,
                         sealed_ssh_key="", host_public_key="", command="", hostfile="", **fields)
         # How each rank of the failed attempt ended is in its card, kept in the restart's event.
         RankOutcome.objects.filter(job_id=self.pk).delete()
@@ -971,9 +979,10 @@ class TrainingJob(models.Model):
         """The end of a stop: the containers are gone. A stop by the console keeps the reason it gave."""
         self.transition(JobStatus.TERMINATED, self.status_message if self.stop_reason else "Stopped by the user")
 
-    def begin_console_stop(self, reason: str, message: str) -> None:
-        """Auto stop and the watchdog stop a job as a user would, saying why."""
-        self.transition(JobStatus.TERMINATING, message, stop_reason=reason)
+    def begin_console_stop(self, reason: str, message: str, ends_by: datetime | None = None) -> None:
+        """Auto stop, the watchdog and Slurm stop a job as a user would, saying why; `ends_by`: when its nodes
+        are taken back (its notice is cut short to fit)."""
+        self.transition(JobStatus.TERMINATING, message, stop_reason=reason, notice_ends_by=ends_by)
 
     def terminate(self) -> bool:
         """Ask the job to stop. Returns True when it is already over (it was only queued)."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import jwt
@@ -36,6 +36,7 @@ from jobs import allocation
 from jobs.logs.store import service_line
 from jobs.models import (
     FINAL_STATES,
+    SLURM_PREEMPTING,
     SLURM_REQUEUED,
     SLURM_VANISHED,
     IllegalTransition,
@@ -55,7 +56,15 @@ from jobs.slurm.batch import (
     batch_request,
 )
 from jobs.slurm.rest import Credentials, JobRecord, SlurmAuthRefused, SlurmError, SlurmRest, SlurmUnreachable
-from jobs.slurm.states import Phase, allocated_nodes, phase_of, reason_words, time_limit_ends_at, time_limit_near
+from jobs.slurm.states import (
+    Phase,
+    allocated_nodes,
+    phase_of,
+    preemption_ends_at,
+    reason_words,
+    time_limit_ends_at,
+    time_limit_near,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -322,8 +331,19 @@ def look_at_queued(rest: SlurmRest, job: TrainingJob) -> bool:
     if phase is Phase.WAITING:
         _say_slurm(job, record["job_state"], reason_words(record.get("state_reason"), record.get("state_description")))
         return False
+    if phase is Phase.RUNNING and (preemption_ends_at(record) is not None or _state(record) == "COMPLETING"):
+        # The attempt the console stopped for a preemption: Slurm holds its nodes until the grace is over, then
+        # queues it again. They are not this attempt's to take.
+        _say_slurm(job, job.slurm_state, "Slurm is taking its nodes back (a preemption) and will queue it again")
+        return False
     if phase is Phase.RUNNING:
         return _take_nodes(rest, job, record)
+    if phase is Phase.PREEMPTED:
+        # Slurm ended it for a preemption instead of queueing it again (the QOS's PreemptMode cancels): the next
+        # attempt is a new Slurm job, submitted at the next pass.
+        TrainingJob.objects.filter(pk=job.pk, slurm_job_id=job.slurm_job_id).update(
+            slurm_job_id=None, slurm_state="", slurm_reason="")
+        return False
     words = {Phase.CANCELLED: f"Slurm cancelled its job {job.slurm_job_id} before it ran",
              Phase.TIME_LIMIT: f"Slurm's time limit ended its job {job.slurm_job_id} before it ran"}.get(
         phase, f"its Slurm job {job.slurm_job_id} ended {record['job_state']} before it ran")
@@ -382,6 +402,14 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
             reason, message = StopReason.AUTO_STOP, f"Stopped by auto stop: Slurm's time limit for job {job.slurm_job_id} is near"
             _say_slurm(job, record["job_state"], f"the time limit of Slurm job {job.slurm_job_id} is near")
             return _begin_stop(job, reason, message)
+        elif phase is Phase.RUNNING and (ends_at := preemption_ends_at(record)) is not None:
+            # Slurm preempts the job at the end of its grace: the console stops it now, so that its ranks get the
+            # notice and as much of their grace as fits before the nodes are taken back.
+            left = max(0.0, ends_at - time.time() - CLOCK_SKEW_S)
+            message = (f"Slurm preempted job {job.slurm_job_id} for a higher-priority job: it takes the nodes back in "
+                       f"{int(left)} s")
+            _say_slurm(job, SLURM_PREEMPTING, message)
+            return _begin_stop(job, StopReason.SLURM, message, ends_by=timezone.now() + timedelta(seconds=left))
         elif phase is Phase.RUNNING:
             return False
         state = record["job_state"]
@@ -392,9 +420,13 @@ def look_at_running(rest: SlurmRest, job: TrainingJob) -> bool:
     return _begin_stop(job, reason, message)
 
 
-def _begin_stop(job: TrainingJob, reason: str, message: str) -> bool:
+def _state(record: JobRecord) -> str:
+    return (str(record.get("job_state") or "").split() or [""])[0]
+
+
+def _begin_stop(job: TrainingJob, reason: str, message: str, ends_by: datetime | None = None) -> bool:
     try:
-        job.begin_console_stop(reason, message)
+        job.begin_console_stop(reason, message, ends_by)
     except IllegalTransition:
         return False
     service_line(job.pk, f"{message}: ending the containers on every node")

@@ -63,14 +63,34 @@ def warn_checkpoint(job_id: int, reason: str) -> None:
     service_line(job_id, f"Checkpoint ignored: {reason}")
 
 
-def claim_notice(job_id: int) -> tuple[datetime, bool]:
+@dataclass(frozen=True)
+class Notice:
+    """An attempt's notice before a stop: when it went out, whether this caller sends it, and when the stop must
+    be over (None: no bound but the job's grace)."""
+
+    sent_at: datetime
+    ours: bool
+    ends_by: datetime | None
+
+
+def claim_notice(job_id: int) -> Notice:
     """When this attempt's notice went out, and whether it is this caller's to send: once an attempt, whichever
     process (a run taken up again by another) asks."""
     now = timezone.now()
+    ends_by = TrainingJob.objects.values_list("notice_ends_by", flat=True).get(pk=job_id)
     if TrainingJob.objects.filter(pk=job_id, notice_sent_at__isnull=True).update(notice_sent_at=now):
-        return now, True
+        return Notice(now, True, ends_by)
     sent_at = TrainingJob.objects.values_list("notice_sent_at", flat=True).get(pk=job_id)
-    return sent_at or now, False
+    return Notice(sent_at or now, False, ends_by)
+
+
+def notice_grace(job_grace: int, sent_at: datetime, ends_by: datetime | None, teardown_seconds: float) -> int:
+    """The grace a notice gives: the job's own, cut short where its nodes are taken back before the grace and
+    the teardown after it would be over (never below 0)."""
+    if ends_by is None:
+        return job_grace
+    room = (ends_by - sent_at).total_seconds() - teardown_seconds
+    return max(0, min(job_grace, int(room)))
 
 
 def note_notice(job_id: int, message: str) -> None:

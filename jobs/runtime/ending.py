@@ -12,6 +12,7 @@ from jobs.allocation import release_nodes
 from jobs.logs.store import service_line
 from jobs.models import (
     FINAL_STATES,
+    SLURM_PREEMPTING,
     SLURM_REQUEUED,
     SLURM_VANISHED,
     IllegalTransition,
@@ -100,7 +101,7 @@ def end_as(job_id: int, outcome: str, exit_code: int | None, message: str) -> bo
 
 # What Slurm did when it stopped a running job (jobs.backends.slurm) that puts the job back in the queue:
 # Slurm requeues the same Slurm job (`--requeue`), and the console's job waits for it as its next attempt.
-SLURM_REQUEUES = frozenset({SLURM_REQUEUED, "PREEMPTED", "NODE_FAIL"})
+SLURM_REQUEUES = frozenset({SLURM_REQUEUED, SLURM_PREEMPTING, "PREEMPTED", "NODE_FAIL"})
 
 
 def end_stop(job_id: int) -> bool:

@@ -19,7 +19,14 @@ from jobs.launch.plan import JobPlan
 from jobs.models import JobEvent
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError
-from jobs.results.checkpoints import claim_notice, last_claim, note_notice, record_checkpoint, warn_checkpoint
+from jobs.results.checkpoints import (
+    claim_notice,
+    last_claim,
+    note_notice,
+    notice_grace,
+    record_checkpoint,
+    warn_checkpoint,
+)
 from jobs.results.outputs import record_outputs
 from jobs.runtime.checkpoints import CheckpointWatch, FoundCheckpoint, signal_ranks
 from jobs.runtime.data_in import (
@@ -42,6 +49,9 @@ T = TypeVar("T")
 FINAL_UPLOAD_PAUSES = (2.0, 5.0)
 # How often a notice's grace looks for the checkpoint it asked for.
 CHECKPOINT_NOTICE_LOOK_SECONDS = 1.0
+# What a stop needs after its notice to end the ranks and the containers, where its nodes are taken back at a
+# known time (a Slurm preemption's grace): the notice ends this much before.
+NOTICE_TEARDOWN_SECONDS = 10.0
 
 
 async def in_database(function: Callable[..., T], *args: object) -> T:
@@ -76,15 +86,20 @@ class RunData:
     async def give_notice(self) -> None:
         """The job's notice before a stop: its signal to every rank, then up to its grace for a checkpoint (the
         stop goes on as soon as one is in the store); a rank still running at the grace's end is ended."""
-        grace = self.plan.checkpoint_grace_seconds
-        if grace <= 0 or self.lost:
+        if self.plan.checkpoint_grace_seconds <= 0 or self.lost:
             return
         signal = self.plan.checkpoint_signal
-        sent_at, ours = await in_database(claim_notice, self.job_id)
-        if ours:
+        notice = await in_database(claim_notice, self.job_id)
+        sent_at = notice.sent_at
+        grace = notice_grace(self.plan.checkpoint_grace_seconds, sent_at, notice.ends_by, NOTICE_TEARDOWN_SECONDS)
+        if grace <= 0:
+            await self.say("No time for a notice: the nodes are taken back before a checkpoint could be saved")
+            return
+        if notice.ours:
             count = await signal_ranks(self.plan, signal)
+            cut = "" if grace == self.plan.checkpoint_grace_seconds else " (cut short: the nodes are taken back)"
             await in_database(note_notice, self.job_id,
-                              f"Notice: SIG{signal} sent to {count} rank(s); up to {grace} s to save a checkpoint")
+                              f"Notice: SIG{signal} sent to {count} rank(s); up to {grace} s to save a checkpoint{cut}")
         loop = asyncio.get_running_loop()
         # From when it went out (by this process, or by the one that ran the job before it).
         deadline = loop.time() + grace - max((timezone.now() - sent_at).total_seconds(), 0.0)

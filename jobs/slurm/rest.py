@@ -91,6 +91,8 @@ class JobRecord(TypedDict):
     submit_time: NotRequired[int]
     start_time: NotRequired[int]
     end_time: NotRequired[int]
+    # Set while a preemption's grace runs (the job is still RUNNING; end_time is then when Slurm requeues it).
+    preempt_time: NotRequired[int]
     time_limit: NotRequired[int]
     tres_alloc_str: NotRequired[str]
     batch_host: NotRequired[str]

@@ -131,3 +131,12 @@ def time_limit_near(limit_ends_at: float | None, notice_seconds: int, now: float
     """Whether a job's time limit is close enough for its notice: the console then stops it as an auto stop,
     its ranks given their grace, before Slurm kills it at the limit."""
     return limit_ends_at is not None and limit_ends_at - now <= notice_seconds
+
+
+def preemption_ends_at(record: Mapping[str, Any]) -> float | None:
+    """When Slurm takes a running job's nodes back for a preemption it has begun (seconds since the epoch,
+    slurmctld's clock): the end of the grace its QOS or partition gives (GraceTime); None when no preemption
+    is under way. With no grace Slurm requeues at once, and the job is never seen in this state."""
+    if not int(record.get("preempt_time") or 0) or str(record.get("job_state") or "").split()[:1] != ["RUNNING"]:
+        return None
+    return float(int(record.get("end_time") or 0))

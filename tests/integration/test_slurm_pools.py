@@ -241,15 +241,17 @@ def test_slurm_away_keeps_a_job_queued_saying_so_and_it_runs_when_slurm_is_back(
     wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
 
 
-def test_a_higher_priority_job_preempts_a_running_job_which_is_requeued_and_completes_as_its_next_attempt(
+def test_a_higher_priority_job_preempts_a_running_job_which_gets_its_notice_is_requeued_and_completes_as_its_next_attempt(
         api, slurm_pool, slurm_site):
     slurm = slurm_site["slurm"]
-    localslurm.sacctmgr(slurm.state_dir, "add", "qos", "low", "Priority=0")
+    # The preempted QOS gives a grace, as a site does for jobs that checkpoint: the console sees the preemption
+    # begin, and the ranks get their notice within it.
+    localslurm.sacctmgr(slurm.state_dir, "add", "qos", "low", "Priority=0", "GraceTime=40")
     localslurm.sacctmgr(slurm.state_dir, "add", "qos", "high", "Priority=1000", "Preempt=low", "PreemptMode=requeue")
     localslurm.sacctmgr(slurm.state_dir, "modify", "user", USER, "set", "qos=normal,low,high", "defaultqos=low")
     try:
-        job = submit_program(api, "numbered.py", pool="slurm",
-                             parameters=[{"name": "count", "value": "150"}, {"name": "per_second", "value": "10"}])
+        job = submit_program(api, "numbered.py", pool="slurm", checkpoint_grace_seconds=8,
+                             parameters=[{"name": "count", "value": "300"}, {"name": "per_second", "value": "10"}])
         job = wait_for(job, [JobStatus.RUNNING], timeout=WAIT_S * 2)
         wait_until("a rank line", lambda: job.log_lines.filter(text__startswith="SEQ ").exists())
         # Someone else's urgent job wants both nodes whole.
@@ -260,9 +262,15 @@ def test_a_higher_priority_job_preempts_a_running_job_which_is_requeued_and_comp
         job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 3)
     finally:
         localslurm.sacctmgr(slurm.state_dir, "modify", "user", USER, "set", "defaultqos=normal")
+    # Seen while Slurm's grace ran, not after it: the stop came with the notice, bounded by that grace.
+    stop = job.events.get(kind="state:Terminating")
+    assert stop.message.startswith(f"Slurm preempted job {job.slurm_job_id} for a higher-priority job: it takes the "
+                                   "nodes back in "), stop.message
+    notice = job.events.get(kind="notice")
+    assert notice.message == "Notice: SIGUSR1 sent to 4 rank(s); up to 8 s to save a checkpoint", notice.message
     assert job.events.filter(kind="state:Pending", message__startswith="Requeued by Slurm (Slurm preempted").exists()
     # The auto restarts it may use are untouched: the preemption was not its failure.
     assert (job.restart_count, job.max_restarts) == (1, 1)
     second = job.log_lines.filter(seq__gt=job.attempt_log_starts[0], text__startswith="SEQ ")
-    assert second.count() == 2 * 2 * 150
+    assert second.count() == 2 * 2 * 300
     no_container_left(slurm_site, job)

@@ -21,7 +21,14 @@ from jobs.launch.checkpoint_contract import (
 )
 from jobs.launch.plan import KeyPair, SshTarget, WorkerValues, plan_job
 from jobs.models import Attempt, Checkpoint, JobEvent, JobStatus, LauncherDefaults, MetricPoint
-from jobs.results.checkpoints import close_attempt, lost_work, lost_work_words, record_checkpoint, warn_checkpoint
+from jobs.results.checkpoints import (
+    close_attempt,
+    lost_work,
+    lost_work_words,
+    notice_grace,
+    record_checkpoint,
+    warn_checkpoint,
+)
 from jobs.runtime import checkpoints as runtime_checkpoints
 from jobs.runtime.checkpoints import CheckpointWatch
 from tests.unit.test_slurm_client import job_values
@@ -358,3 +365,15 @@ def test_a_job_keeps_its_newest_checkpoints_and_its_detail_holds_a_few_while_the
     client.force_login(job.owner)
     page = client.get(f"/jobs/{job.pk}").content.decode()
     assert 'data-checkpoint-total="30"' in page and f"/api/v1/training-jobs/{job.pk}/checkpoints" in page
+
+
+@pytest.mark.parametrize(("ends_in", "grace"), [
+    (None, 120),  # no bound: the job's whole grace
+    (300, 120),   # the nodes are taken back after the grace and the teardown
+    (60, 50),     # before: the grace is cut so that the teardown still fits
+    (8, 0),       # too late for any notice
+])
+def test_a_notices_grace_is_cut_short_where_the_nodes_are_taken_back_before_it_ends(ends_in, grace):
+    sent = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    ends_by = None if ends_in is None else sent + timedelta(seconds=ends_in)
+    assert notice_grace(120, sent, ends_by, teardown_seconds=10) == grace

@@ -265,3 +265,53 @@ def test_a_slurm_pools_auto_stop_that_leaves_no_time_past_the_stop_before_it_is_
         "On this Slurm pool a job is stopped 3600 s before its auto stop of 1 h (its notice, its last upload and its "
         "teardown), which leaves it no time to run: choose a shorter notice or a later auto stop."]
     assert submit(60).status_code == 201
+
+
+def slurm_preempts(grace_left: int, slurm_id: int = 77, state: str = "RUNNING"):
+    import time
+
+    now = int(time.time())
+    record = {"job_id": slurm_id, "job_state": state, "state_reason": "None", "restart_cnt": 0,
+              "preempt_time": now - 5, "end_time": now + grace_left}
+    return client({("GET", f"/slurm/v0.0.38/job/{slurm_id}"): (200, {"errors": [], "jobs": [record]})})[0]
+
+
+def test_a_job_slurm_begins_to_preempt_is_stopped_at_once_with_its_notice_bounded_by_slurms_grace(make_job, owner):
+    from django.utils import timezone
+
+    job = running_job(make_job, owner)
+    assert look_at_running(slurm_preempts(60), job) is True
+    job.refresh_from_db()
+    assert (job.status, job.stop_reason, job.slurm_state) == (JobStatus.TERMINATING, StopReason.SLURM, "PREEMPTING")
+    assert job.status_message.startswith("Slurm preempted job 77 for a higher-priority job: it takes the nodes back in")
+    # The end of Slurm's grace, less the clock skew the console allows for.
+    left = (job.notice_ends_by - timezone.now()).total_seconds()
+    assert 50 <= left <= 56
+    # Its stop ends as a preemption: back in the queue on the same Slurm job, which Slurm requeues.
+    assert end_stop(job.pk) is True
+    job.refresh_from_db()
+    assert (job.status, job.slurm_job_id, job.max_restarts, job.notice_ends_by) == (JobStatus.PENDING, 77, 1, None)
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "COMPLETING"])
+def test_a_requeued_job_does_not_take_the_nodes_slurm_is_still_taking_back(make_job, owner, state):
+    job = running_job(make_job, owner)
+    look_at_running(slurm_preempts(60), job)
+    end_stop(job.pk)
+    job.refresh_from_db()
+    with patch("jobs.backends.slurm.allocation.assign") as assign:
+        assert look_at_queued(slurm_preempts(20, state=state), job) is False
+    assign.assert_not_called()
+    job.refresh_from_db()
+    assert (job.status, job.slurm_job_id) == (JobStatus.PENDING, 77)
+    assert job.slurm_reason == "Slurm is taking its nodes back (a preemption) and will queue it again"
+
+
+def test_a_job_slurm_ended_for_a_preemption_instead_of_requeueing_is_submitted_anew(make_job, owner):
+    job = running_job(make_job, owner)
+    look_at_running(slurm_preempts(60), job)
+    end_stop(job.pk)
+    job.refresh_from_db()
+    assert look_at_queued(slurm_says("PREEMPTED"), job) is False
+    job.refresh_from_db()
+    assert (job.status, job.slurm_job_id) == (JobStatus.PENDING, None)
