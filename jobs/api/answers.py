@@ -53,7 +53,7 @@ class RankEndSerializer(serializers.Serializer):
 class HungSerializer(serializers.Serializer):
     since = serializers.DateTimeField(help_text="Since when the job is suspected hung.")
     watchdog_seconds = serializers.IntegerField(allow_null=True, help_text="The silence the watchdog allows.")
-    ranks = free_form("The silent ranks: {rank, worker, node, silent_since, last_line} each.")
+    ranks = free_form("The silent ranks: {rank, worker, node, silent_since, last_line, limit_seconds} each (limit_seconds: the silence it was measured against; absent for jobs marked before it was kept).")
 
 
 class OutcomeSerializer(serializers.Serializer):

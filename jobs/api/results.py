@@ -24,7 +24,7 @@ from jobs.results.metric_series import thinned_series
 from jobs.results.metrics import default_metric_definitions
 from jobs.results.outputs import in_store, stored_file, write_archive
 from jobs.results.rank_records import describe_outcome, signal_name
-from jobs.results.watchdog import watchdog_limit
+from jobs.results.watchdog import hung_limit
 from jobs.submission.access import visible_jobs
 
 from .answers import MetricsSerializer, OutcomeSerializer, OutputsSerializer
@@ -60,7 +60,7 @@ def outcome_data(job) -> dict:
     ]
     hung = None
     if job.suspected_hung_since:
-        hung = {"since": job.suspected_hung_since, "watchdog_seconds": watchdog_limit(job.watchdog_seconds),
+        hung = {"since": job.suspected_hung_since, "watchdog_seconds": hung_limit(job.silent_ranks, job.watchdog_seconds),
                 "ranks": job.silent_ranks}
     return {
         "id": job.pk,

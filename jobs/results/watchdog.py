@@ -18,6 +18,13 @@ def watchdog_limit(chosen: int | None, defaults: LauncherDefaults | None = None)
     return (defaults or LauncherDefaults.current()).watchdog_seconds
 
 
+def hung_limit(silent_ranks: list[dict[str, object]], chosen: int | None) -> int:
+    """The silence a suspected hang was measured against: the limit in force when the watchdog marked it (kept
+    with its ranks), not today's default; jobs marked before that was kept fall back to the limit of now."""
+    recorded = silent_ranks[0].get("limit_seconds") if silent_ranks else None
+    return recorded if isinstance(recorded, int) else watchdog_limit(chosen)
+
+
 def watchdog_stops(chosen: str | None, defaults: LauncherDefaults | None = None) -> bool:
     """Whether the watchdog stops a job it suspects hangs (else it only marks it and says so)."""
     if chosen:

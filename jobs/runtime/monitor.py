@@ -49,6 +49,8 @@ class SilentRank(TypedDict):
     node: str
     silent_since: str
     last_line: str
+    # The silence it was measured against (a default may change before the job's page is read).
+    limit_seconds: int
 
 
 class WatchedJob(TypedDict):
@@ -286,6 +288,7 @@ class RunMonitor:
                 silent_since=self.last_heard[rank].isoformat(),
                 # What it printed last (a traceback's last line, a stuck step) often says why it stopped.
                 last_line=self.last_text.get(rank, ""),
+                limit_seconds=seconds,
             )
             for rank in silent
         ]

@@ -13,6 +13,7 @@ from jobs.pages.display import spec_words as display_spec_words
 from jobs.results.checkpoints import lost_work_words
 from jobs.results.failure_card import plain_words
 from jobs.results.rank_records import describe_outcome
+from jobs.results.watchdog import hung_limit as job_hung_limit
 from jobs.results.watchdog import rank_exit_grace as job_rank_exit_grace
 from jobs.results.watchdog import watchdog_limit as job_watchdog_limit
 from jobs.results.watchdog import watchdog_stops as job_watchdog_stops
@@ -94,6 +95,12 @@ def job_cause(job) -> dict | None:
 def watchdog_limit(job) -> int:
     """The silence the job's watchdog allows: the user's choice, else the administrator's default (0: off)."""
     return job_watchdog_limit(job.watchdog_seconds)
+
+
+@register.filter
+def hung_limit(job) -> int:
+    """The silence the job's suspected hang was measured against, as it was then."""
+    return job_hung_limit(job.silent_ranks, job.watchdog_seconds)
 
 
 @register.filter

@@ -69,6 +69,21 @@ def test_an_owner_who_asked_only_for_a_warning_is_warned_though_the_administrato
 
 
 @pytest.mark.django_db
+def test_a_past_hang_is_said_with_the_limit_it_was_measured_against_after_the_administrator_changes_the_default(
+        make_job, client, owner):
+    administrator_lets_the_watchdog_stop(False)
+    _, job = one_tick_of_a_silent_job(make_job, None)
+    TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, owner=owner)
+    LauncherDefaults.objects.filter(pk=LauncherDefaults.current().pk).update(watchdog_seconds=600)
+
+    client.force_login(owner)
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+    assert "Rank(s) below printed nothing for more than 60 s." in page
+    results = client.get(f"/api/v1/training-jobs/{job.pk}/outcome").json()
+    assert results["suspected_hung"]["watchdog_seconds"] == 60
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("may_stop", [True, False])
 def test_an_owner_who_chose_nothing_gets_what_the_administrator_chose(make_job, may_stop):
     administrator_lets_the_watchdog_stop(may_stop)
