@@ -1126,6 +1126,20 @@ class MetricPoint(models.Model):
         return f"{self.name}={self.value} (rank {self.rank}, step {self.step})"
 
 
+class OpenUpload(models.Model):
+    """A multipart upload of a job's output the console opened and has not yet joined or aborted. Kept so that
+    one a console process left open when it died (its parts take room in the user's bucket until the store's
+    own expiry, where one is set) is aborted by the next upload of the job's output, whichever process runs it."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="open_uploads")
+    key = models.CharField(max_length=1024)
+    upload_id = models.CharField(max_length=1024)
+    opened_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.upload_id})"
+
+
 class Checkpoint(models.Model):
     """A checkpoint a job's program saved (its manifest, see jobs.launch.checkpoint_contract), recorded once
     every file of it was in the store: a point the job's next attempt may resume from."""

@@ -22,15 +22,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncssh
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from jobs.launch.data_paths import local_path, object_url_of
 from jobs.launch.network_policy import AllowedDestination
 from jobs.launch.plan import SshTarget
 from jobs.logs.store import readable_size
+from jobs.models import OpenUpload as OpenUploadRow
 from jobs.models import Storage, TrainingJob
 from jobs.object_store.access import Reach
-from jobs.object_store.client import StoreError
+from jobs.object_store.client import StoreError, StoreUnreachable
 from jobs.object_store.parts import PartPlan, part_plan, parts_taken
 from jobs.object_store.urls import ObjectUrlError, safe_key_part
 from jobs.results.outputs import FoundFile, OutputsResult
@@ -125,6 +127,11 @@ class OutputSync:
     failed: dict[str, str] = field(default_factory=dict)  # path -> why its last upload failed
     # One look at a time: a stop's last upload may come while the periodic one is under way.
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The job whose uploads these are: each multipart upload opened is kept in the database until it is joined
+    # or aborted (None: not kept, for a sync with no job behind it).
+    job_id: int | None = None
+    # The uploads this sync opened: those of the job's it did not are a dead process's, aborted at its next look.
+    opened: set[str] = field(default_factory=set)
 
     async def sync(self) -> None:
         """One look: list the folder, upload what is new or changed. NodeError when the container cannot be asked."""
@@ -133,6 +140,7 @@ class OutputSync:
 
     async def _sync(self) -> None:
         uploads: dict[str, OpenUpload] = {}
+        await self._abort_left_open()
         try:
             try:
                 connection = await connect(self.target)
@@ -207,6 +215,7 @@ class OutputSync:
                 self.failed[path] = str(error)[:300]
                 continue
             uploads[path] = OpenUpload(key, upload_id, plan)
+            await self._keep(key, upload_id)
             lifetime = parts_url_lifetime(size)
             urls = [self.where.store.presigned_part(bucket, key, upload_id, number, lifetime)
                     for number in range(1, plan.count + 1)]
@@ -252,15 +261,40 @@ class OutputSync:
         except StoreError as error:
             self.failed[path] = str(error)[:300]
             return False
+        await self._forget(upload.upload_id)
         return True
 
     async def _abort(self, uploads: list[OpenUpload]) -> None:
         for upload in uploads:
-            try:
-                await asyncio.to_thread(self.where.store.abort_multipart, self.where.url.bucket, upload.key,
-                                        upload.upload_id)
-            except StoreError as error:  # the store's own expiry of unfinished uploads, where set, takes it
-                logger.warning("could not abort the multipart upload of %s: %s", upload.key, error)
+            await self._abort_one(upload.key, upload.upload_id)
+
+    async def _abort_one(self, key: str, upload_id: str) -> None:
+        try:
+            await asyncio.to_thread(self.where.store.abort_multipart, self.where.url.bucket, key, upload_id)
+        except StoreUnreachable as error:  # kept: the next look tries again
+            logger.warning("could not abort the multipart upload of %s: %s", key, error)
+            return
+        except StoreError as error:  # refused (already gone, or no longer the console's to end): nothing more to do
+            logger.warning("could not abort the multipart upload of %s: %s", key, error)
+        await self._forget(upload_id)
+
+    async def _abort_left_open(self) -> None:
+        """Abort the job's multipart uploads that a console process opened and did not end (it died between)."""
+        if self.job_id is None:
+            return
+        left = await sync_to_async(_kept_uploads)(self.job_id, self.where.url.folder_prefix, frozenset(self.opened))
+        for key, upload_id in left:
+            await self._abort_one(key, upload_id)
+
+    async def _keep(self, key: str, upload_id: str) -> None:
+        self.opened.add(upload_id)
+        if self.job_id is not None:
+            await sync_to_async(OpenUploadRow.objects.create)(job_id=self.job_id, key=key, upload_id=upload_id)
+
+    async def _forget(self, upload_id: str) -> None:
+        self.opened.discard(upload_id)
+        if self.job_id is not None:
+            await sync_to_async(_forget_upload)(self.job_id, upload_id)
 
     def result(self, problem: str = "") -> OutputsResult:
         """What became of the output, for the job's page (the files found at the last look)."""
@@ -281,6 +315,16 @@ class OutputSync:
                                  f"not saved: {named} ({why}).", files, uploaded)
         return OutputsResult("uploaded", f"Uploaded {len(files)} file(s), {readable_size(total)}, to {self.train_url}.",
                              files, uploaded)
+
+
+def _kept_uploads(job_id: int, prefix: str, ours: frozenset[str]) -> list[tuple[str, str]]:
+    """The job's kept uploads under its output's prefix that this sync did not open."""
+    rows = OpenUploadRow.objects.filter(job_id=job_id, key__startswith=prefix).values_list("key", "upload_id")
+    return [(key, upload_id) for key, upload_id in rows if upload_id not in ours]
+
+
+def _forget_upload(job_id: int, upload_id: str) -> None:
+    OpenUploadRow.objects.filter(job_id=job_id, upload_id=upload_id).delete()
 
 
 def describe_reach_error(error: ObjectUrlError | StoreError) -> OutputsResult:

@@ -181,7 +181,8 @@ class RunData:
             return
         if found is not None:
             train_url, where = found
-            self.output_sync = OutputSync(train_url, where, self.plan.container_target(self.plan.workers[0]))
+            self.output_sync = OutputSync(train_url, where, self.plan.container_target(self.plan.workers[0]),
+                                          job_id=self.job_id)
             if self.plan.keeps_checkpoints:
                 self.checkpoint_watch = CheckpointWatch(self.output_sync, self.record_checkpoint, self.warn_checkpoint)
                 # A run taken up again does not record again what the one before it recorded.

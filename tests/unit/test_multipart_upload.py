@@ -264,3 +264,42 @@ def test_one_looks_uploads_may_take_as_long_as_their_bytes_at_the_slowest_rate()
 
     assert upload_time_limit([50 * 1024 * MIB]) == 3600 + 5120, "50 GiB at 10 MiB/s: past the hour"
     assert upload_time_limit([10, 20]) == 3601
+
+
+class RecordingStore(FakeStore):
+    """A FakeStore that notes, as each part upload is joined, which of the job's uploads the database keeps."""
+
+    def __init__(self, job_id: int):
+        super().__init__()
+        self.job_id = job_id
+        self.kept_when_joined: list[str] = []
+
+    def complete_multipart(self, bucket, key, upload_id, etags):
+        from jobs.models import OpenUpload
+
+        # Called in a thread of its own (asyncio.to_thread), where the database may be read.
+        self.kept_when_joined = sorted(OpenUpload.objects.filter(job_id=self.job_id).values_list("upload_id", flat=True))
+        super().complete_multipart(bucket, key, upload_id, etags)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(OUTPUT_PART_BYTES=5 * MIB)
+def test_an_upload_a_dead_console_process_left_open_is_aborted_by_the_next_sync_and_the_syncs_own_are_kept_until_ended(
+        monkeypatch, make_job):
+    from jobs.models import OpenUpload
+
+    job = make_job()
+    # A console process opened this one and died before joining or aborting it.
+    OpenUpload.objects.create(job=job, key="runs/1/old.pt", upload_id="upload-of-a-dead-process")
+    store = RecordingStore(job.pk)
+    sync = a_faked_sync(monkeypatch, store, {"good.pt": 11 * MIB, "bad.pt": 11 * MIB}, lambda manifest: "\n".join([
+        json.dumps({"path": "good.pt", "size": 11 * MIB, "etags": ['"a"', '"b"', '"c"']}),
+        json.dumps({"path": "bad.pt", "error": "HTTP Error 503"})]))
+    sync.job_id = job.pk
+
+    asyncio.run(sync.sync())
+
+    assert store.aborted == ["runs/1/old.pt", "runs/1/bad.pt"]
+    # While the node uploaded, both of this sync's uploads were kept (the dead one was already aborted).
+    assert store.kept_when_joined == ["upload-1", "upload-2"]
+    assert not OpenUpload.objects.filter(job=job).exists()
