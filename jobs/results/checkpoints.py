@@ -65,23 +65,26 @@ def warn_checkpoint(job_id: int, reason: str) -> None:
 
 @dataclass(frozen=True)
 class Notice:
-    """An attempt's notice before a stop: when it went out, whether this caller sends it, and when the stop must
-    be over (None: no bound but the job's grace)."""
+    """An attempt's notice before a stop: when it went out, whether this caller sends it, and the grace it gives
+    (0: none, there is no time for one; nothing was claimed)."""
 
     sent_at: datetime
     ours: bool
-    ends_by: datetime | None
+    grace: int
 
 
-def claim_notice(job_id: int) -> Notice:
-    """When this attempt's notice went out, and whether it is this caller's to send: once an attempt, whichever
-    process (a run taken up again by another) asks."""
+def claim_notice(job_id: int, job_grace: int, teardown_seconds: float) -> Notice:
+    """When this attempt's notice went out, whether it is this caller's to send (once an attempt, whichever
+    process, a run taken up again by another, asks), and its grace: the job's, cut short where its nodes are
+    taken back sooner (TrainingJob.notice_ends_by)."""
     now = timezone.now()
     ends_by = TrainingJob.objects.values_list("notice_ends_by", flat=True).get(pk=job_id)
+    if notice_grace(job_grace, now, ends_by, teardown_seconds) <= 0:
+        return Notice(now, False, 0)
     if TrainingJob.objects.filter(pk=job_id, notice_sent_at__isnull=True).update(notice_sent_at=now):
-        return Notice(now, True, ends_by)
-    sent_at = TrainingJob.objects.values_list("notice_sent_at", flat=True).get(pk=job_id)
-    return Notice(sent_at or now, False, ends_by)
+        return Notice(now, True, notice_grace(job_grace, now, ends_by, teardown_seconds))
+    sent_at = TrainingJob.objects.values_list("notice_sent_at", flat=True).get(pk=job_id) or now
+    return Notice(sent_at, False, notice_grace(job_grace, sent_at, ends_by, teardown_seconds))
 
 
 def notice_grace(job_grace: int, sent_at: datetime, ends_by: datetime | None, teardown_seconds: float) -> int:

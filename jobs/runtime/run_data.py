@@ -23,7 +23,6 @@ from jobs.results.checkpoints import (
     claim_notice,
     last_claim,
     note_notice,
-    notice_grace,
     record_checkpoint,
     warn_checkpoint,
 )
@@ -89,9 +88,9 @@ class RunData:
         if self.plan.checkpoint_grace_seconds <= 0 or self.lost:
             return
         signal = self.plan.checkpoint_signal
-        notice = await in_database(claim_notice, self.job_id)
-        sent_at = notice.sent_at
-        grace = notice_grace(self.plan.checkpoint_grace_seconds, sent_at, notice.ends_by, NOTICE_TEARDOWN_SECONDS)
+        notice = await in_database(claim_notice, self.job_id, self.plan.checkpoint_grace_seconds,
+                                   NOTICE_TEARDOWN_SECONDS)
+        sent_at, grace = notice.sent_at, notice.grace
         if grace <= 0:
             await self.say("No time for a notice: the nodes are taken back before a checkpoint could be saved")
             return

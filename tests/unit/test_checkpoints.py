@@ -377,3 +377,21 @@ def test_a_notices_grace_is_cut_short_where_the_nodes_are_taken_back_before_it_e
     sent = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     ends_by = None if ends_in is None else sent + timedelta(seconds=ends_in)
     assert notice_grace(120, sent, ends_by, teardown_seconds=10) == grace
+
+
+@pytest.mark.django_db
+def test_a_notice_is_claimed_once_an_attempt_and_not_at_all_when_the_nodes_are_taken_back_too_soon(make_job):
+    from jobs.models import TrainingJob
+    from jobs.results.checkpoints import claim_notice
+
+    job = make_job(status=JobStatus.TERMINATING)
+    TrainingJob.objects.filter(pk=job.pk).update(notice_ends_by=timezone.now() + timedelta(seconds=8))
+    too_soon = claim_notice(job.pk, 20, 10)
+    assert (too_soon.ours, too_soon.grace) == (False, 0)
+    assert TrainingJob.objects.get(pk=job.pk).notice_sent_at is None  # no checkpoint is said to answer a notice
+
+    TrainingJob.objects.filter(pk=job.pk).update(notice_ends_by=timezone.now() + timedelta(seconds=25))
+    first = claim_notice(job.pk, 20, 10)
+    assert first.ours and 14 <= first.grace <= 15
+    again = claim_notice(job.pk, 20, 10)  # another process, taking the run up
+    assert (again.ours, again.sent_at, again.grace) == (False, first.sent_at, first.grace)
