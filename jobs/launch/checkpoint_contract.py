@@ -75,7 +75,10 @@ def parse_manifest(text: str) -> CheckpointClaim:
         raise ManifestError(f"{MANIFEST_NAME}: step must be a whole number from 0")
     if not isinstance(path, str) or not path.strip():
         raise ManifestError(f"{MANIFEST_NAME}: path must name the checkpoint's file or folder")
-    return CheckpointClaim(step=step, path=inside_folder(path), time=str(time)[:64] if time is not None else "")
+    # The program's own time is shown as it wrote it, less what no page should show (controls, lone surrogates
+    # that JSON escapes can make, direction overrides).
+    shown_time = "".join(char for char in str(time)[:64] if char.isprintable()) if time is not None else ""
+    return CheckpointClaim(step=step, path=inside_folder(path), time=shown_time)
 
 
 def inside_folder(path: str) -> str:
@@ -83,6 +86,10 @@ def inside_folder(path: str) -> str:
     text = path.removeprefix(CHECKPOINT_DIR + "/") if path.startswith("/") else path
     if text.startswith("/") or "\x00" in text or any(ord(char) < 32 for char in text):
         raise ManifestError(f"{MANIFEST_NAME}: path {path[:200]!r} is not inside {CHECKPOINT_DIR}")
+    if not all(char.isprintable() for char in text):
+        # A lone surrogate (which no store key or database text holds) or a direction override (a name that
+        # reads as another in a listing): never a name a checkpoint needs.
+        raise ManifestError(f"{MANIFEST_NAME}: path {path[:200]!r} holds characters a checkpoint's name may not")
     normal = posixpath.normpath(text).strip("/")
     if normal in ("", ".") or normal == ".." or normal.startswith("../"):
         raise ManifestError(f"{MANIFEST_NAME}: path {path[:200]!r} is not inside {CHECKPOINT_DIR}")

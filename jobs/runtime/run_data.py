@@ -126,6 +126,9 @@ class RunData:
         except NodeError as error:
             logger.info("job %s: a look for a checkpoint failed (tried again): %s", self.job_id, error)
             return False
+        except Exception:  # what the job wrote must never end the watch for the rest of the run
+            logger.exception("job %s: a look for a checkpoint failed (tried again)", self.job_id)
+            return False
 
     async def watch_checkpoints_while_running(self) -> None:
         """Look for a new checkpoint every CHECKPOINT_LOOK_SECONDS while the job runs: it is uploaded and recorded

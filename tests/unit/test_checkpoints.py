@@ -38,6 +38,9 @@ def test_a_manifest_names_a_step_and_a_path_inside_the_checkpoint_folder():
     assert parse_manifest('{"step": 1200, "path": "step-1200.pt", "time": "12:00"}') == \
         CheckpointClaim(1200, "step-1200.pt", "12:00")
     assert parse_manifest('{"step": 0, "path": "./runs/a/"}').path == "runs/a"
+    # The program's time is shown without what a page must not show (lone surrogates, controls, overrides).
+    assert parse_manifest('{"step": 2, "path": "ck1.pt", "time": "\\udc80\\ud80012:00\\u202e\\u0007"}').time == "12:00"
+    assert parse_manifest('{"step": 2, "path": "\u6a21\u578b/ck 1.pt"}').path == "\u6a21\u578b/ck 1.pt"
     # The folder's own absolute path is taken as the same place.
     assert parse_manifest(f'{{"step": 3, "path": "{CHECKPOINT_DIR}/step-3.npz"}}').path == "step-3.npz"
 
@@ -53,6 +56,8 @@ def test_a_manifest_names_a_step_and_a_path_inside_the_checkpoint_folder():
     ('{"step": 5, "path": "/etc/passwd"}', "is not inside"),
     ('{"step": 5, "path": "a\\u001b[2Jb"}', "is not inside"),
     ('{"step": 5, "path": "checkpoint.json"}', "names the manifest itself"),
+    ('{"step": 5, "path": "ck\\udc80.pt"}', "holds characters a checkpoint's name may not"),
+    ('{"step": 5, "path": "ck7\\u202egp.pt"}', "holds characters a checkpoint's name may not"),
     ('{"step": 5, "path": "' + "a" * 5000 + '"}', "larger than 4096 bytes"),
     ("[" * 4000, "nested too deeply"),
 ])
