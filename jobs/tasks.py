@@ -96,7 +96,18 @@ def reap_orphaned_jobs() -> list[int]:
     for job_id in debug_hold.expired_holds():
         if cache.add(f"console:hold-ending:{job_id}", 1, HOLD_ENDING_SECONDS):
             end_debug_hold.delay(job_id)
+    # A hold has no run to watch its disk: each look checks the held containers, as a run's watch does.
+    for job_id in debug_hold.held_jobs():
+        if cache.add(f"console:hold-disk:{job_id}", 1, HOLD_DISK_LOOK_SECONDS):
+            check_held_disk.delay(job_id)
     return result.ended
+
+
+@shared_task(ignore_result=True)
+def check_held_disk(job_id: int) -> None:
+    """End a held job's hold at once when one of its containers is past its disk limit (jobs.runtime.debug_hold)."""
+    if debug_hold.check_held_disk(job_id):
+        end_debug_hold.delay(job_id)
 
 
 # One evidence bundle taken at a time per job and reason (the run and the watchdog may both ask).
@@ -113,6 +124,10 @@ def take_evidence(job_id: int, reason: str) -> None:
         evidence.take_bundle(job_id, reason)
     finally:
         cache.delete(lock)
+
+
+# One look at a held job's disk queued at a time (the reaper's looks come every 15 s by default).
+HOLD_DISK_LOOK_SECONDS = 10
 
 
 # One end of a hold queued at a time per job: the reaper sees the expired hold on each look until it is ended.

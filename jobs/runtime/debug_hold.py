@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from jobs.launch.plan import worker_plans
 from jobs.logs.store import service_line
-from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob, workers_launch_values
+from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob, Worker, WorkerState, workers_launch_values
 from jobs.results.checkpoints import close_attempt
 from jobs.results.recording import launched_rank_workers
 from jobs.runtime.ending import end_as, record_teardown, release_after_teardown, restart_reason, unclean_workers
+from jobs.runtime.liveness import Probe, WorkerWatch
 from jobs.runtime.teardown import teardown_all
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,42 @@ def expired_holds(now: datetime | None = None) -> list[int]:
     return list(TrainingJob.objects.filter(held_until__lte=now or timezone.now()).values_list("pk", flat=True))
 
 
+def held_jobs(now: datetime | None = None) -> list[int]:
+    """Jobs whose hold still lasts: their containers are watched for their disk, as a running job's are."""
+    return list(TrainingJob.objects.filter(held_until__gt=now or timezone.now()).values_list("pk", flat=True))
+
+
+def check_held_disk(job_id: int) -> str:
+    """One look at a held job's workers: one past its spec's disk limit (its owner writes in a terminal), or on a
+    node short of its reserve, ends the hold now, saying why; the caller then ends it. "" when none is."""
+    job = (TrainingJob.objects.select_related("spec", "engine_version", "code_dir")
+           .filter(pk=job_id, held_until__gt=timezone.now()).first())
+    if job is None or not job.sealed_ssh_key:
+        return ""
+    plans = worker_plans(job.launch_values(), workers_launch_values(job.workers.select_related("node").order_by("index")),
+                         settings.NODE_WORK_ROOT)
+
+    async def no_loss(lost: dict[int, str], unreachable: frozenset[int]) -> None:
+        return None
+
+    async def look() -> list[Probe]:
+        watch = WorkerWatch(plans, no_loss)
+        try:
+            return list(await asyncio.gather(*(watch.probe(plan) for plan in plans)))
+        finally:
+            watch.close()
+
+    over = next((probe for probe in asyncio.run(look()) if probe.over_limit), None)
+    if over is None:
+        return ""
+    message = f"The hold ended early: worker-{over.index} {over.over_limit}"
+    now = timezone.now()
+    if TrainingJob.objects.filter(pk=job_id, held_until__gt=now).update(held_until=now):
+        JobEvent.objects.create(job_id=job_id, kind="debug-hold", message=message)
+        service_line(job_id, message)
+    return message
+
+
 def end_hold(job_id: int) -> bool:
     """End the held job's containers on every node and free its nodes, as a run's end does; False if the job
     is not held, or its hold is not over yet."""
@@ -80,6 +117,12 @@ def end_hold(job_id: int) -> bool:
         record_teardown(job_id, results, launched_rank_workers(job))
     with transaction.atomic():
         release_after_teardown(job_id, unclean_workers(results))
+        # The workers' rows say what became of their containers, as a run's end says it.
+        for result in results:
+            state, words = ((WorkerState.STOPPED, "container removed, no process left") if result.clean
+                            else (WorkerState.UNCLEAN, result.problem))
+            Worker.objects.filter(job_id=job_id, index=result.index).update(
+                state=state, message=f"worker-{result.index}: {words}")
         TrainingJob.objects.filter(pk=job_id).update(held_until=None)
         JobEvent.objects.create(job_id=job_id, kind="debug-hold", message="The hold ended; the nodes were freed")
     return True

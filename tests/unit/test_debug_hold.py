@@ -126,6 +126,9 @@ def test_a_failed_job_with_a_hold_ends_failed_keeping_its_nodes_and_containers_t
     job.refresh_from_db()
     assert torn_down == [[0, 1]]
     assert job.status == JobStatus.FAILED and job.held_until is None and not job.is_held_for_debugging
+    assert sorted(job.workers.values_list("state", "message")) == [
+        ("Stopped", "worker-0: container removed, no process left"),
+        ("Stopped", "worker-1: container removed, no process left")]
     assert not Node.objects.filter(allocated_to__isnull=False).exists()
     assert node_health.leftover_names(facts, worker.node_id) == [worker.container_name]
     assert debug_hold.expired_holds() == []
@@ -277,3 +280,32 @@ def test_deleting_a_job_whose_hold_has_just_ended_says_to_wait_not_to_release_it
     assert "hold for debugging has ended and its containers are being removed" in ending
     assert "release it first" not in ending
     assert TrainingJob.objects.filter(pk__in=[held.pk, over.pk]).count() == 2
+
+
+def test_a_held_job_past_its_disk_limit_has_its_hold_ended_at_once_saying_which_worker(
+        nodes, job, evidence_asked, monkeypatch):  # noqa: F811
+    from jobs.runtime.liveness import Probe, WorkerWatch
+
+    TrainingJob.objects.filter(pk=job.pk).update(debug_hold_minutes=30)
+    nodes.exit_status = 3
+    job = run_job(job)
+    assert job.is_held_for_debugging and debug_hold.held_jobs() == [job.pk]
+    over = {1: "passed its disk limit of 1.00 GiB: its home and its container's own files hold 4.00 GiB"}
+
+    async def probe(self, worker):  # the SSH boundary: worker-usage.sh's answer, read
+        return Probe(worker.index, running=True, over_limit=over.get(worker.index, ""))
+
+    monkeypatch.setattr(WorkerWatch, "probe", probe)
+    over_now = dict(over)
+    over.clear()
+    assert debug_hold.check_held_disk(job.pk) == "", "within its limit, the hold goes on"
+    assert TrainingJob.objects.get(pk=job.pk).is_held_for_debugging
+    over.update(over_now)
+
+    said = debug_hold.check_held_disk(job.pk)
+
+    assert said == f"The hold ended early: worker-1 {over[1]}"
+    job.refresh_from_db()
+    assert job.held_until is not None and job.held_until <= timezone.now()
+    assert debug_hold.expired_holds() == [job.pk] and debug_hold.held_jobs() == []
+    assert job.events.filter(kind="debug-hold", message=said).exists()
