@@ -45,8 +45,10 @@ def queue_state() -> QueueState:
         for node in Node.objects.select_related("pool").exclude(pool__backend=ResourcePool.Backend.SLURM)
     ]
     holder_ids = {node.holder_id for node in nodes if node.holder_id is not None}
-    holder_ends = {pk: holder_end(started_at, hours, now) for pk, started_at, hours in
-                   TrainingJob.objects.filter(pk__in=holder_ids).values_list("pk", "started_at", "auto_stop_hours")}
+    # A failed job held for debugging frees its nodes when its hold ends, whatever its auto stop said.
+    holder_ends = {pk: held_until or holder_end(started_at, hours, now) for pk, started_at, hours, held_until in
+                   TrainingJob.objects.filter(pk__in=holder_ids).values_list("pk", "started_at", "auto_stop_hours",
+                                                                             "held_until")}
     queue = [Request(pk, spec_id, pool_id, node_count, hours) for pk, spec_id, pool_id, node_count, hours in
              TrainingJob.objects.filter(status=JobStatus.PENDING).exclude(pool__backend=ResourcePool.Backend.SLURM)
              .order_by("created_at", "id").values_list("pk", "spec_id", "pool_id", "node_count", "auto_stop_hours")]

@@ -69,6 +69,16 @@ def test_the_estimate_is_the_holders_auto_stop_on_the_job_page_and_in_the_api(sc
     assert "the pool b has 2 free nodes" in client.get("/capacity").content.decode()
 
 
+def test_a_failed_job_held_for_debugging_frees_its_nodes_in_the_estimate_when_its_hold_ends(scripted_queue):
+    holder, waiting = scripted_queue
+    hold_ends = timezone.now() + timedelta(minutes=20)
+    # Failed with no auto stop, its containers kept for a look inside until hold_ends.
+    TrainingJob.objects.filter(pk=holder.pk).update(status=JobStatus.FAILED, auto_stop_hours=None,
+                                                    held_until=hold_ends)
+    forecast = job_forecast(TrainingJob.objects.get(pk=waiting.pk))
+    assert forecast is not None and forecast["latest"] == hold_ends.isoformat(), forecast
+
+
 def test_a_job_that_does_not_wait_has_an_empty_forecast_and_a_stranger_gets_404(scripted_queue, stranger):
     holder, waiting = scripted_queue
     answer = api_client(stranger).get(f"/api/v1/training-jobs/{holder.pk}/start-forecast").json()
