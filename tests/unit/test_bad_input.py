@@ -269,6 +269,17 @@ def test_a_huge_id_is_a_json_404(api, job, pk):
         assert_json_error(api.get(f"{JOBS}/{pk}{suffix}"), 404)
     assert_json_error(api.post(f"{JOBS}/{pk}/stop"), 404)
     assert_json_error(api.get(f"/api/v1/code-dirs/{pk}"), 404)
+    assert_json_error(api.get(f"{JOBS}/{job.pk}/evidence/{pk}"), 404)
+    assert_json_error(api.get(f"{JOBS}/{pk}/evidence/1"), 404)
+
+
+@pytest.mark.parametrize("pk", [HUGE, str(2**63), str(2**64)])
+def test_a_huge_id_in_a_pages_address_is_a_404(client, owner, job, pk):
+    client.force_login(owner)
+    assert client.get(f"/jobs/{pk}/evidence/1.json").status_code == 404
+    assert client.get(f"/jobs/{job.pk}/evidence/{pk}.json").status_code == 404
+    assert client.post(f"/store-keys/{pk}/remove").status_code == 404
+    assert client.post(f"/store-keys/{pk}").status_code == 404
 
 
 @pytest.mark.parametrize("value", [HUGE, str(2**63), "-1", "abc"])
