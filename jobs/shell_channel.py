@@ -297,5 +297,11 @@ async def is_gone(session_id: str) -> bool:
 
 
 def valid_stream_id(text: str) -> bool:
+    """A Redis stream id: a millisecond time and a sequence, each a 64-bit unsigned number (Redis refuses more,
+    and would end the stream)."""
     first, dash, second = text.partition("-")
-    return first.isascii() and first.isdigit() and (not dash or (second.isascii() and second.isdigit()))
+
+    def number(part: str) -> bool:
+        return part.isascii() and part.isdigit() and len(part) <= 20 and int(part) < 2**64
+
+    return number(first) and (not dash or number(second))

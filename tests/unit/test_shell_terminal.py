@@ -138,7 +138,9 @@ def test_a_sessions_length_is_said_in_words(seconds, words):
     assert duration_words(seconds) == words
 
 
-@pytest.mark.parametrize("cursor, valid", [("0", True), ("1712-3", True), ("1-", False), ("x", False), ("1-2-3", False)])
+@pytest.mark.parametrize("cursor, valid", [("0", True), ("1712-3", True), ("1-", False), ("x", False), ("1-2-3", False),
+                                           (f"{2**64 - 1}-{2**64 - 1}", True), ("99999999999999999999-0", False),
+                                           (f"1-{2**64}", False), ("\u0661", False)])
 def test_only_a_stream_position_is_taken_as_where_to_resume(cursor, valid):
     assert shell_channel.valid_stream_id(cursor) is valid
 
