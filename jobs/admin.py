@@ -519,6 +519,8 @@ class LauncherDefaultsAdmin(admin.ModelAdmin):
         (_("Tune file and job sshd"), {"fields": ["tune_prefixes", "sshd_port_min", "sshd_port_max"]}),
         (_("Logs, watchdog and outputs"), {"fields": ["log_cap_bytes", "watchdog_seconds", "watchdog_may_stop", "outputs_max_bytes"]}),
         (_("Jobs' network"), {"fields": ["job_allowed_destinations"]}),
+        (_("Notice before a stop, and holds of failed jobs"), {"fields": ["checkpoint_grace_max_seconds",
+                                                                           "debug_hold_max_minutes"]}),
     ]
 
     def has_add_permission(self, request):

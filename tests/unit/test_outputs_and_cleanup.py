@@ -34,10 +34,14 @@ def test_an_admin_change_of_the_outputs_limit_after_a_submission_leaves_that_job
     form = {"bind_args": defaults.bind_args, "x_args": defaults.x_args, "mca_args": defaults.mca_args,
             "tune_prefixes": defaults.tune_prefixes, "sshd_port_min": defaults.sshd_port_min,
             "sshd_port_max": defaults.sshd_port_max, "log_cap_bytes": defaults.log_cap_bytes,
-            "watchdog_seconds": defaults.watchdog_seconds, "outputs_max_bytes": 10 * 1024**3, "_save": "Save"}
+            "watchdog_seconds": defaults.watchdog_seconds, "outputs_max_bytes": 10 * 1024**3,
+            "checkpoint_grace_max_seconds": 900, "debug_hold_max_minutes": 90, "_save": "Save"}
     changed = admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/", form)
     assert changed.status_code == 302, changed.content.decode()
     assert LauncherDefaults.current().outputs_max_bytes == 10 * 1024**3
+    # The maximums the form tells users of are the administrator's to change too.
+    assert (LauncherDefaults.current().checkpoint_grace_max_seconds, LauncherDefaults.current().debug_hold_max_minutes) == (
+        900, 90)
 
     train_url, _path, limit, _ran_to_end = outputs_request(job.pk, "/home/ma-user/user-job-dir/code")
     assert (train_url, limit) == ("/home/ma-user/outputs", 64 * 1024), "the job keeps the limit it was created with"
