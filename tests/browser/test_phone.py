@@ -33,6 +33,13 @@ def test_every_page_fits_a_390_px_phone_and_starts_with_a_skip_link(browser, asg
         assert width <= PHONE["width"], (name, width, page.evaluate(WIDE_ELEMENTS))
         page.screenshot(path=screenshots / f"phone-{name}.png", full_page=False)
 
+    # The log is read on a phone too: a long line's text takes the pane's width, wrapping under its time and tags.
+    page.goto(f"/jobs/{job.pk}#logs")
+    text = page.locator(".log-line .log-text", has_text="a line longer than any phone").first
+    expect(text).to_be_visible()
+    box = text.bounding_box()
+    assert box is not None and box["width"] > 250 and box["height"] < 400, box
+
     page.goto("/")
     page.keyboard.press("Tab")
     skip = page.locator(".skip-link")
