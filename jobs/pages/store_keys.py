@@ -16,9 +16,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from jobs.models import Storage, UserStoreKeys
+from jobs.models import FINAL_STATES, Storage, TrainingJob, UserStoreKeys
 from jobs.object_store.client import ObjectStore, StoreError
-from jobs.object_store.urls import BUCKET
+from jobs.object_store.urls import BUCKET, parse_object_url
 
 # What S3, OBS, Ceph and SeaweedFS hand out: access key ids of letters and digits (a few stores add . _ - + / =),
 # secrets of printable ASCII. Nothing else can be a key, so a pasted line break or space is a mistake.
@@ -70,6 +70,20 @@ class StoreKeysForm(forms.Form):
         return True
 
 
+def jobs_reaching_with_keys(user, storage: Storage) -> list[int]:
+    """The user's jobs not yet over whose data_url or train_url is another bucket of this store: they reach it
+    with the user's keys (at their start, and at each upload of their output), so removing the keys fails them."""
+    own = storage.user_bucket(user.pk, user.get_username())
+    found = []
+    for job in TrainingJob.objects.filter(owner=user).exclude(status__in=FINAL_STATES).order_by("pk"):
+        for name, value in job.parameter_pairs():
+            url = parse_object_url(value) if name in ("data_url", "train_url") else None
+            if url is not None and url.bucket != own and Storage.answering(url.scheme, job.pool_id) == storage:
+                found.append(job.pk)
+                break
+    return found
+
+
 def _form_prefix(storage_id: int) -> str:
     return f"store-{storage_id}"
 
@@ -84,6 +98,7 @@ def _page(request, refused: StoreKeysForm | None = None, refused_store: int | No
         "set_at": kept.get(storage.pk),
         "takes_keys": storage.enabled and storage.users_may_bring_keys,
         "own_bucket": storage.user_bucket(request.user.pk, request.user.get_username()),
+        "needed_by": jobs_reaching_with_keys(request.user, storage) if storage.pk in kept else [],
         "form": refused if refused is not None and storage.pk == refused_store
         else StoreKeysForm(prefix=_form_prefix(storage.pk)),
     } for storage in stores]
@@ -113,8 +128,14 @@ def store_keys_set(request, storage_id: int):
 @login_required
 @require_POST
 def store_keys_remove(request, storage_id: int):
-    removed, _by_model = UserStoreKeys.objects.filter(user=request.user, storage_id=storage_id).delete()
-    if not removed:
+    keys = UserStoreKeys.objects.filter(user=request.user, storage_id=storage_id).select_related("storage").first()
+    if keys is None:
         raise Http404
+    needed_by = jobs_reaching_with_keys(request.user, keys.storage)
+    keys.delete()
     messages.success(request, _("Your keys to that store are removed: the console no longer uses them."))
+    if needed_by:
+        messages.warning(request, _("Job(s) %(jobs)s reach another bucket of that store with them: they fail at their "
+                                    "start, or their outputs are no longer uploaded, unless you set keys again.")
+                         % {"jobs": ", ".join(f"#{pk}" for pk in needed_by)})
     return redirect("store-keys")

@@ -202,6 +202,22 @@ def test_a_user_replaces_then_removes_their_keys(client, owner, gateway):
     assert "No keys of yours." in client.get("/store-keys").content.decode()
 
 
+def test_removing_keys_that_queued_jobs_reach_another_bucket_with_names_those_jobs_before_and_after(
+        client, owner, make_job):
+    storage = a_storage()
+    UserStoreKeys.keep(owner, storage, TEAM_ACCESS_KEY, TEAM_SECRET_KEY)
+    own = storage.user_bucket(owner.pk, owner.get_username())
+    needs = make_job(owner=owner, parameters=[{"name": "data_url", "value": f"s3://{TEAM_BUCKET}/images/"}])
+    make_job(owner=owner, parameters=[{"name": "train_url", "value": f"s3://{own}/runs/1/"}])  # its own bucket
+    make_job(owner=owner, status="Completed", parameters=[{"name": "data_url", "value": f"s3://{TEAM_BUCKET}/x/"}])
+    client.force_login(owner)
+
+    page = client.get("/store-keys").content.decode()
+    assert f"Your job(s) #{needs.pk}, queued or running, reach another bucket of this store" in page
+    answer = client.post(f"/store-keys/{storage.pk}/remove", follow=True).content.decode()
+    assert f"Job(s) #{needs.pk} reach another bucket of that store with them" in answer
+
+
 @pytest.mark.parametrize(("fields", "words"), [
     ({"access_key": "AKUNKNOWN0001"}, "The team store did not take these keys: bucket team-datasets: the store refused the keys."),
     ({"bucket": "no-such-bucket"}, "The team store has no bucket no-such-bucket."),
