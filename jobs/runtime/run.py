@@ -171,6 +171,9 @@ class JobRun(RunData):
         self.losing: asyncio.Task | None = None
         # The containers ended mid-run (a stop, a console stop, lost workers): once, whoever asks first.
         self.ending_containers: asyncio.Task[list[TeardownResult]] | None = None
+        # Whether mpirun was started for this attempt (by this process or the one before it): a job that failed
+        # before has no rank whose end its failure card could tell.
+        self.ranks_started = False
         # The workers whose node stopped answering mid-run: no teardown waits on them.
         self.unreachable: frozenset[int] = frozenset()
         # A stop the console carries out (a user's, auto stop, the watchdog): the notice, the last upload and the
@@ -216,7 +219,7 @@ class JobRun(RunData):
         self.main = asyncio.current_task()
         outcome: str = RunOutcome.ABNORMAL
         exit_code, message = None, "the run ended unexpectedly"
-        launched = resume
+        launched = self.ranks_started = resume
         heartbeat = asyncio.create_task(self.beat())
         try:
             cursor = await in_database(_launch_cursor, self.job_id) if resume else {}
@@ -241,7 +244,7 @@ class JobRun(RunData):
                     await self.say("Stopped before the launch: ending the containers")
                 else:
                     await self.say("Launching: " + " ".join(self.plan.argv[:1]) + " on worker-0")
-                    launched = True
+                    launched = self.ranks_started = True
                     exit_code = await self.launch_watched()
                     outcome, message = self.outcome_of(exit_code)
             if launched:
@@ -318,7 +321,8 @@ class JobRun(RunData):
             # A node that cannot be reached after the launch began was lost mid-job.
             lost = {result.index: result.error for result in results if result.error} if launched else {}
             lost.update(self.lost)
-            await in_database(record_failure, self.job_id, outcome, exit_code, message, lost, self.plan.rank_workers)
+            await in_database(record_failure, self.job_id, outcome, exit_code, message, lost,
+                              self.plan.rank_workers if self.ranks_started else ())
         except Exception:  # the job must still end and its nodes be freed
             logger.exception("job %s: recording the end failed", self.job_id)
         finally:

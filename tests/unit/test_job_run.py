@@ -179,6 +179,7 @@ def test_a_job_whose_preparation_fails_on_one_worker_fails_and_frees_every_node(
     assert str(error) == message
     assert (job.status, job.status_message, job.exit_code) == (JobStatus.FAILED, message, None)
     assert job.failure["kind"] == "preparation" and job.failure["title"] == message
+    assert job.failure["others"] == [], "no rank started: none is said to have left no record"
     assert nodes.launches == 0
     assert nodes.teardowns == [[0, 1]], "every worker's container is ended, the failed one's too"
     assert [(item.name, item.allocated_to, item.state) for item in Node.objects.order_by("name")] == [
