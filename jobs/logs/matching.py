@@ -22,6 +22,8 @@ from jobs.models import LogStream
 ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)|\b\w*Error\b|\bERROR\b|\b\w*Exception\b|NCCL WARN"
     r"|non-zero (?:exit code|status)|exited on signal|return code: (?!0\b)"
+    # A program's own "error:" as argparse, compilers and most tools print it ("train.py: error: argument ...").
+    r"|(?:^|: )(?:fatal )?error: "
 )
 ERROR_CANDIDATES = (
     Q(text__icontains="error") | Q(text__icontains="traceback") | Q(text__icontains="exception")

@@ -203,6 +203,19 @@ def test_a_sparse_filter_over_a_long_log_answers_in_bounded_steps(make_job):
     assert [line.text for line in page.lines] == ["needle"] and not page.more
 
 
+@pytest.mark.parametrize(("text", "error"), [
+    ("train.py: error: argument --steps: invalid int value: 'abc'", True),
+    ("error: the input folder is empty", True),
+    ("gcc: fatal error: no input files", True),
+    ("step=3 error: 0.25 rel_error: 0.1", False),  # a metric named error, mid-line
+    ("mean_error=0.3", False),
+])
+def test_a_programs_own_error_line_is_an_error_and_a_metric_named_error_is_not(text, error):
+    from jobs.logs.matching import looks_like_error
+
+    assert looks_like_error(text) is error
+
+
 def test_the_first_error_is_a_traceback_or_warning_or_failed_exit_and_not_a_lowercase_metric(make_job):
     job = make_job()
     store(job, [
