@@ -146,13 +146,15 @@ def close_attempt(job_id: int, ended_as: str, completed: bool = False) -> Attemp
 
 def lost_work_words(attempt: Attempt) -> str:
     """'attempt 2 lost 3 min, 0.10 node-h (since its checkpoint at step 1,200)', as the job page says it."""
+    if not attempt.lost_seconds and not attempt.lost_node_hours and not attempt.lost_steps:
+        return _("attempt %(number)s lost nothing") % {"number": attempt.number}  # it completed
     minutes = attempt.lost_seconds / 60
     span = f"{attempt.lost_seconds:.0f} s" if minutes < 1 else f"{minutes:.0f} min"
-    hours = f"{attempt.lost_node_hours:.2f} node-h"
+    hours = _("%(hours)s node-h") % {"hours": f"{attempt.lost_node_hours:.2f}"}
     if attempt.gpu_count:
-        hours += f", {attempt.lost_gpu_hours:.2f} GPU-h"
+        hours += ", " + _("%(hours)s GPU-h") % {"hours": f"{attempt.lost_gpu_hours:.2f}"}
     if attempt.lost_steps is not None:
-        hours += f", {attempt.lost_steps:,} steps"
+        hours += ", " + _("%(steps)s steps") % {"steps": f"{attempt.lost_steps:,}"}
     if attempt.last_checkpoint_step is not None:
         since = _("since its checkpoint at step %(step)s") % {"step": f"{attempt.last_checkpoint_step:,}"}
     else:

@@ -6,6 +6,7 @@ from django import template
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from jobs.launch.data_paths import object_url_of
 from jobs.models import FINAL_STATES, STOPPABLE_STATES, JobStatus
 from jobs.pages.card_words import card_words as say_card_words
 from jobs.pages.display import PREPARATION_STEPS, badge, translated_message
@@ -193,6 +194,12 @@ def spec_words(spec) -> str:
 def lost_work(attempt) -> str:
     """'attempt 2 lost 3 min, 0.10 node-h (since its checkpoint at step 1,200)'."""
     return lost_work_words(attempt)
+
+
+@register.filter
+def keeps_checkpoints(job) -> bool:
+    """Whether the job's program is given MA_CHECKPOINT_DIR: its train_url is in an object store."""
+    return bool(object_url_of(job.parameter_pairs(), "train_url"))
 
 
 @register.filter

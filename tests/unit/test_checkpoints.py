@@ -400,3 +400,17 @@ def test_a_notice_is_claimed_once_an_attempt_and_not_at_all_when_the_nodes_are_t
     assert first.ours and 14 <= first.grace <= 15
     again = claim_notice(job.pk, 20, 10)  # another process, taking the run up
     assert (again.ours, again.sent_at, again.grace) == (False, first.sent_at, first.grace)
+
+
+@pytest.mark.django_db
+def test_a_completed_attempt_lost_nothing_and_a_job_without_an_object_store_output_is_not_told_of_a_checkpoint_folder(
+        make_job, client):
+    job = make_job(status=JobStatus.RUNNING, started_at=timezone.now() - timedelta(minutes=10), checkpoint_grace_seconds=30,
+                   parameters=[{"name": "train_url", "value": "/home/ma-user/outputs"}])
+    attempt = close_attempt(job.pk, "exit status 0", completed=True)
+    assert attempt is not None and lost_work_words(attempt) == "attempt 1 lost nothing"
+
+    client.force_login(job.owner)
+    page = client.get(f"/jobs/{job.pk}").content.decode()
+    assert "$MA_CHECKPOINT_DIR" not in page
+    assert "Its train_url is not in an object store: the program is given no checkpoint folder" in page
