@@ -128,6 +128,7 @@ FIXED_MESSAGES = {text: text for text in (
     gettext_noop("Stopped by the watchdog"),
     gettext_noop("No longer suspected hung: every rank printed again"),
     gettext_noop("Stopped before its containers were started"),
+    gettext_noop("The hold ended; the nodes were freed"),
 )}
 PATTERN_MESSAGES = (
     shape(gettext_noop("Training end with return code: %(code)s")),
@@ -138,6 +139,18 @@ PATTERN_MESSAGES = (
     shape(gettext_noop("Attempt %(failed)s failed (%(reason)s); attempt %(next)s queued")),
     shape(gettext_noop("Force released by %(by)s; nodes freed for a health check: %(nodes)s")),
     shape(gettext_noop("Force released by %(by)s")),
+    # Checkpoints and the notice before a stop (jobs/results/checkpoints.py, jobs/runtime/run_data.py).
+    shape(gettext_noop("Checkpoint at step %(step)s (%(path)s, %(size)s) saved in the store")),
+    shape(gettext_noop("Checkpoint at step %(step)s (%(path)s, %(size)s) saved %(seconds)s s after the notice")),
+    shape(gettext_noop("Notice: SIG%(signal)s sent to %(count)s rank(s); up to %(grace)s s to save a checkpoint "
+                       "(cut short: the nodes are taken back)")),
+    shape(gettext_noop("Notice: SIG%(signal)s sent to %(count)s rank(s); up to %(grace)s s to save a checkpoint")),
+    # A failed job's hold and its terminal (jobs/runtime/debug_hold.py, jobs/submission/holds.py, shell.py).
+    shape(gettext_noop("Containers and nodes held for debugging until %(time)s UTC")),
+    shape(gettext_noop("The hold ended early: %(worker)s %(why)s")),
+    shape(gettext_noop("Released by %(user)s")),
+    shape(gettext_noop("Ended early by the administrator %(user)s")),
+    shape(gettext_noop("%(user)s opened a shell in %(worker)s")),
     # A worker's preparation (jobs/runtime/preparation.py), in its row and in the timeline.
     shape(gettext_noop("preparing %(worker)s on %(node)s")),
     shape(gettext_noop("uploading code to %(worker)s")),

@@ -283,3 +283,28 @@ def test_a_jobs_workers_table_in_portuguese_holds_no_english(make_job, owner):
     assert len(said) == len(english)
     assert [message for message, portuguese in zip(english, said, strict=True) if message == portuguese] == []
     assert not english_left("\n".join(said)), english_left("\n".join(said))
+
+
+# The timeline's messages of checkpoints, notices, holds and terminals, as the console writes them.
+TIMELINE_MESSAGES = (
+    "Checkpoint at step 1,200 (step-1200.pt, 4.0 MB) saved 3 s after the notice",
+    "Checkpoint at step 10 (ck.pt, 1.0 KB) saved in the store",
+    "Notice: SIGUSR1 sent to 4 rank(s); up to 8 s to save a checkpoint",
+    "Notice: SIGUSR1 sent to 4 rank(s); up to 5 s to save a checkpoint (cut short: the nodes are taken back)",
+    "Containers and nodes held for debugging until 12:24:00 UTC",
+    "Released by alice",
+    "The hold ended; the nodes were freed",
+    "alice opened a shell in worker-0",
+)
+
+
+def test_the_timelines_checkpoint_notice_hold_and_terminal_messages_are_read_in_portuguese():
+    from django.utils import translation
+
+    from jobs.pages.display import translated_message
+
+    with translation.override("pt-br"):
+        said = [translated_message(message) for message in TIMELINE_MESSAGES]
+    assert [message for message, portuguese in zip(TIMELINE_MESSAGES, said, strict=True) if message == portuguese] == []
+    assert said[2] == "Aviso: SIGUSR1 enviado a 4 rank(s); até 8 s para salvar um checkpoint"
+    assert said[3].endswith("(encurtado: os nós são retomados)")
