@@ -359,12 +359,12 @@ class TrainingJobSerializer(serializers.ModelSerializer):
             "checkpoint_grace_seconds": {"help_text": "Before a stop the console decides (a user's, auto stop, the "
                                                       "watchdog), every rank gets checkpoint_signal and this many "
                                                       "seconds to save a checkpoint; 0 is no notice. At most the "
-                                                      "administrator's maximum.", "min_value": 0, "max_value": 86400},
+                                                      "administrator's maximum.", "min_value": 0, "max_value": 10**9},
             "checkpoint_signal": {"help_text": "The notice's signal: USR1 (the default), USR2, INT or TERM."},
             "debug_hold_minutes": {"help_text": "After a failure, keep the job's containers and nodes this many "
                                                 "minutes for a look inside (a terminal), then tear them down; 0 (the "
                                                 "default) tears them down at once. At most the administrator's "
-                                                "maximum.", "min_value": 0, "max_value": 24 * 60},
+                                                "maximum.", "min_value": 0, "max_value": 10**9},
             "held_until": {"help_text": "While a failed job's containers and nodes are held for debugging: when the "
                                         "hold ends; null otherwise."},
             "restart_count": {"help_text": "How many times auto restart has run the job again (MA_RESTART_COUNT)."},

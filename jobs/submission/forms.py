@@ -199,11 +199,13 @@ class TrainingJobForm(forms.Form):
     predownload = forms.BooleanField(required=False)
     # The notice before a stop the console decides: this signal to every rank, then up to this many seconds
     # (at most the administrator's maximum) to save a checkpoint. 0 or empty: no notice.
-    checkpoint_grace_seconds = forms.IntegerField(min_value=0, max_value=86400, required=False)
+    # The ceiling only keeps the number within the database's column: the administrator's maximum, checked below,
+    # is what a user is told of, whatever they typed.
+    checkpoint_grace_seconds = forms.IntegerField(min_value=0, max_value=10**9, required=False)
     checkpoint_signal = forms.ChoiceField(choices=[(name, f"SIG{name}") for name in NOTICE_SIGNALS], required=False)
     # After a failure, keep the containers and nodes this many minutes for a look inside (at most the
     # administrator's maximum); 0 or empty: torn down at once.
-    debug_hold_minutes = forms.IntegerField(min_value=0, max_value=24 * 60, required=False)
+    debug_hold_minutes = forms.IntegerField(min_value=0, max_value=10**9, required=False)
     # Rebuild's "resume from the last checkpoint": the job (the user's own) whose newest checkpoint this one starts from.
     resume_from_job = forms.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
     # Rebuild: the job (the user's own) this one is a copy of, so the two are seen as one family.

@@ -287,7 +287,7 @@ def test_the_page_says_where_the_notice_was_refused_and_a_jobs_page_shows_its_ch
     page = pages.post("/jobs/new", {
         "name": "noticed", "engine": job.engine_version.pk, "code_dir": job.code_dir.pk, "boot_file": "train.py",
         "spec": job.spec.pk, "node_count": "1", "checkpoint_grace_seconds": "100000"}).content.decode()
-    assert "Ensure this value is less than or equal to 86400." in page
+    assert "The administrator allows at most 600 s of notice before a stop." in page
     assert re.search(r'id="id_checkpoint_grace_seconds"[^>]*value="100000"', page), "what was typed is kept"
 
     # Another job's checkpoint first, so that this job's checkpoint and this job have different ids.
