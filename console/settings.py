@@ -5,6 +5,7 @@ stops the process at start-up with the variable's name rather than misbehaving l
 """
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,8 +18,12 @@ from console.liveness import heartbeat_seconds
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_str(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+def env_str(name: str, default: str, *, pattern: str | None = None, says: str = "") -> str:
+    """A text setting; with `pattern`, one the whole value must match (`says` what that is, in the error)."""
+    value = os.environ.get(name, default)
+    if pattern is not None and not re.fullmatch(pattern, value):
+        raise ImproperlyConfigured(f"{name}={value!r}: {says or 'not of the form ' + pattern}")
+    return value
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
@@ -447,8 +452,11 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "training-console@localhost")
 # directory, and a checkout may sit under one (/tmp).
 LOCALCLUSTER_STATE_DIR = Path(env_str("LOCALCLUSTER_STATE_DIR", "/var/lib/training-console/localcluster"))
 LOCALCLUSTER_SUBNET = env_str("LOCALCLUSTER_SUBNET", "10.77.0.0/24")
-LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0")
-LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode")
+LOCALCLUSTER_BRIDGE = env_str("LOCALCLUSTER_BRIDGE", "tcbr0", pattern=r"[A-Za-z][A-Za-z0-9_.-]{0,14}",
+                              says="a network interface's name: a letter, then letters, digits, _ . -, 15 at most")
+# Node i is named <prefix><i>: a prefix ending in a digit would make two nodes' names one.
+LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode", pattern=r"[A-Za-z]([A-Za-z0-9_-]*[A-Za-z_-])?",
+                              says="letters, digits, _ and -, beginning with a letter and not ending in a digit")
 # A job of a Slurm pool with a time limit (auto stop) is stopped this much, its checkpoint grace and
 # OUTPUT_FINAL_SYNC_SECONDS before Slurm's limit: time for the teardown, so the console ends the job (its ranks given
 # their notice, its last upload made) before Slurm kills it at the limit.

@@ -74,7 +74,8 @@ def test_each_switch_can_still_be_set_on_its_own(tmp_path):
 
 @pytest.mark.parametrize("name, value", [("CONSOLE_HTTPS", "maybe"), ("SECURE_HSTS_SECONDS", "a year"),
                                          ("SECURE_HSTS_SECONDS", "-1"), ("X_FRAME_OPTIONS", "ALLOWALL"),
-                                         ("LOG_STREAMS_PER_USER", "0"), ("LOGIN_FAILURE_LIMIT", "many")])
+                                         ("LOG_STREAMS_PER_USER", "0"), ("LOGIN_FAILURE_LIMIT", "many"),
+                                         ("LOCALCLUSTER_PREFIX", "tcw81"), ("LOCALCLUSTER_BRIDGE", "a-bridge-name-too-long")])
 def test_a_value_that_cannot_be_read_stops_the_start_with_its_name(tmp_path, name, value):
     done = run_with(tmp_path, ["-c", PRINT_SETTINGS], **{name: value})
     assert done.returncode != 0 and name in done.stderr
