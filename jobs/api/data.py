@@ -5,6 +5,7 @@ browser, `tc data push` or `tc data get` talk to the store with it. A user reach
 others only with their own keys to the store (jobs.object_store.access), as the jobs' data_url and train_url do.
 """
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -96,6 +97,9 @@ class DataBrowse(APIView):
         prefix = where.url.folder_prefix
         try:
             if not where.store.bucket_exists(where.url.bucket):
+                if where.with_own_keys:  # another bucket, reached with the user's keys: it is not there
+                    raise ValidationError({"url": [_("The %(store)s store has no bucket %(bucket)s.") % {
+                        "store": where.storage_name, "bucket": where.url.bucket}]})
                 # The user's own bucket, not made yet (it is on the first upload): empty, not an error.
                 return Response({"url": f"{where.url.scheme}://{where.url.bucket}/{prefix}", "buckets": buckets,
                                  "folders": [], "objects": [], "more": False})

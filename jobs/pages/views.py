@@ -122,7 +122,7 @@ def job_bulk(request):
         messages.success(request, words % {"names": ", ".join(done)})
     if refused:
         words = (_("Not stopped (not running, or not yours to stop): %(names)s.") if action == "stop"
-                 else _("Not deleted (still running, or not yours to delete): %(names)s."))
+                 else _("Not deleted (still running, held for debugging, or not yours to delete): %(names)s."))
         messages.error(request, words % {"names": ", ".join(refused)})
     if not done and not refused:
         messages.error(request, _("Tick the jobs to act on first."))

@@ -321,3 +321,19 @@ def test_the_admin_lets_a_store_take_users_keys():
     page = admin.get(f"/admin/jobs/storage/{storage.pk}/change/").content.decode()
 
     assert 'name="users_may_bring_keys"' in page
+
+
+def test_the_data_browser_says_a_bucket_reached_with_ones_keys_does_not_exist_rather_than_showing_it_empty(
+        owner, gateway):
+    from tests.fixtures import api_client
+
+    endpoint, _server = gateway
+    storage = a_storage(endpoint=endpoint)
+    storage.schemes = "s3"
+    storage.save()
+    UserStoreKeys.keep(owner, storage, TEAM_ACCESS_KEY, TEAM_SECRET_KEY)
+
+    answer = api_client(owner).get("/api/v1/data", {"url": "s3://nope-nope/"})
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["url"] == ["The team store has no bucket nope-nope."]
