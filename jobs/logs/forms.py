@@ -19,7 +19,12 @@ class LogQueryForm(forms.Form):
     rank = forms.IntegerField(min_value=0, required=False)
     stream = forms.ChoiceField(choices=[("", "any"), ("stdout", "stdout"), ("stderr", "stderr"), ("system", "system")], required=False)
     system = forms.BooleanField(required=False, initial=True)
-    q = forms.CharField(max_length=200, required=False)
+    # Taken as typed: "step=17 " (with its space) must not find step=170. Only blanks alone are no search.
+    q = forms.CharField(max_length=200, required=False, strip=False)
+
+    def clean_q(self) -> str:
+        text = self.cleaned_data.get("q") or ""
+        return text if text.strip() else ""
     # `q` is a regular expression (RE2, case-sensitive unless it starts with (?i)), not a plain text.
     regex = forms.BooleanField(required=False)
     level = forms.ChoiceField(choices=Level.CHOICES, required=False)

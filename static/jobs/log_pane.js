@@ -75,7 +75,8 @@
     }
 
     query() {
-      return this.search.value.trim();
+      // As typed ("step=17 " must not find step=170); blanks alone are no search.
+      return this.search.value.trim() ? this.search.value : "";
     }
 
     filtered() {

@@ -237,6 +237,8 @@ def test_a_reader_counts_the_matches_of_a_pattern_and_a_level_in_the_whole_log(a
     assert api.get(url, {"level": "error"}).json()["count"] == 3  # the traceback, mpirun's words, return code 1
     assert api.get(url, {"level": "error", "worker": 1}).json()["count"] == 2  # rank 3's traceback, the end line
     assert api.get(url, {"q": "hello", "through": 3}).json() == {"count": 1, "next": None, "through": 3}
+    # The text as typed, its spaces too: "from 0 " is not in "hello from 0".
+    assert (api.get(url, {"q": "from 0"}).json()["count"], api.get(url, {"q": "from 0 "}).json()["count"]) == (1, 0)
     assert stranger_api.get(url, {"q": "hello"}).status_code == 404
 
 
