@@ -468,7 +468,9 @@ def test_launcher_defaults_changed_by_the_operator_apply_to_new_jobs_only(admin_
     form = {"bind_args": defaults.bind_args, "x_args": defaults.x_args + " -x NCCL_IB_HCA=mlx5",
             "mca_args": defaults.mca_args, "tune_prefixes": defaults.tune_prefixes, "sshd_port_min": 40000,
             "sshd_port_max": 40099, "log_cap_bytes": defaults.log_cap_bytes, "watchdog_seconds": defaults.watchdog_seconds,
-            "outputs_max_bytes": defaults.outputs_max_bytes, "_save": "Save"}
+            "outputs_max_bytes": defaults.outputs_max_bytes,
+            "checkpoint_grace_max_seconds": defaults.checkpoint_grace_max_seconds,
+            "debug_hold_max_minutes": defaults.debug_hold_max_minutes, "_save": "Save"}
 
     reserved = admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/", {**form, "mca_args": "-np 64"})
     reversed_range = admin_client.post(f"/admin/jobs/launcherdefaults/{defaults.pk}/change/",

@@ -210,13 +210,13 @@ def test_every_route_of_the_console_is_in_the_matrix():
     routes = console_routes()
     assert set(routes) - set(ROUTE_COVERAGE) == set(), "routes nobody checks: add them to ROUTE_COVERAGE and test them"
     assert set(ROUTE_COVERAGE) - set(routes) == set(), "the matrix names routes that no longer exist"
-    job_routes = {name for name, route in routes.items() if "<int:pk>" in route and route.startswith(("jobs/", "api/v1/training-jobs"))}
+    job_routes = {name for name, route in routes.items() if "<id:pk>" in route and route.startswith(("jobs/", "api/v1/training-jobs"))}
     covered_job_routes = {name for name, how in ROUTE_COVERAGE.items() if how.startswith("job ")}
     assert job_routes == covered_job_routes, "a job's route must be in one of the job tests"
-    api_reads = {f"api/v1/training-jobs/<int:pk>{read}".replace("model.txt", "<path:path>") for read in API_READS}
+    api_reads = {f"api/v1/training-jobs/<id:pk>{read}".replace("model.txt", "<path:path>") for read in API_READS}
     assert {routes[name] for name, how in ROUTE_COVERAGE.items() if how == "job API read"} == api_reads
     assert {routes[name] for name, how in ROUTE_COVERAGE.items() if how == "job page"} == {
-        f"jobs/<int:pk>{read}" for read in PAGE_READS}
+        f"jobs/<id:pk>{read}" for read in PAGE_READS}
 
 
 @pytest.mark.parametrize("persona", ["teammate", "stranger", "staff", "anonymous"])
