@@ -19,7 +19,7 @@ from jobs.models import JobEvent, JobStatus, RunOutcome, TrainingJob, Worker, Wo
 from jobs.results.checkpoints import close_attempt
 from jobs.results.recording import launched_rank_workers
 from jobs.runtime.ending import end_as, record_teardown, release_after_teardown, restart_reason, unclean_workers
-from jobs.runtime.liveness import Probe, WorkerWatch
+from jobs.runtime.liveness import WorkerWatch
 from jobs.runtime.teardown import teardown_all
 
 logger = logging.getLogger(__name__)
@@ -80,18 +80,7 @@ def check_held_disk(job_id: int) -> str:
         return ""
     plans = worker_plans(job.launch_values(), workers_launch_values(job.workers.select_related("node").order_by("index")),
                          settings.NODE_WORK_ROOT)
-
-    async def no_loss(lost: dict[int, str], unreachable: frozenset[int]) -> None:
-        return None
-
-    async def look() -> list[Probe]:
-        watch = WorkerWatch(plans, no_loss)
-        try:
-            return list(await asyncio.gather(*(watch.probe(plan) for plan in plans)))
-        finally:
-            watch.close()
-
-    over = next((probe for probe in asyncio.run(look()) if probe.over_limit), None)
+    over = next((probe for probe in asyncio.run(WorkerWatch(plans).look_once()) if probe.over_limit), None)
     if over is None:
         return ""
     message = f"The hold ended early: worker-{over.index} {over.over_limit}"

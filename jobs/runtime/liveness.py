@@ -173,7 +173,7 @@ def gpu_indices(devices: tuple[str, ...]) -> str:
 
 
 class WorkerWatch:
-    def __init__(self, workers: list[WorkerPlan], on_lost: LostCallback, *,
+    def __init__(self, workers: list[WorkerPlan], on_lost: LostCallback | None = None, *,
                  interval: float | None = None, lost_after: float | None = None,
                  on_usage: UsageCallback | None = None, on_rank_end: RankEndCallback | None = None):
         self.workers = workers
@@ -201,7 +201,7 @@ class WorkerWatch:
                 if ended and self.on_rank_end is not None:
                     await self.on_rank_end(ended)
                 lost = self.judge(probes, asked_at, time.monotonic())
-                if lost:
+                if lost and self.on_lost is not None:
                     await self.on_lost(lost, frozenset(self.unreachable))
                     return
         finally:
@@ -212,13 +212,16 @@ class WorkerWatch:
             connection.close()
         self.connections.clear()
 
-    async def gone_workers(self) -> dict[int, str]:
-        """One look now: the workers whose container is gone (mpirun may have noticed before the watch did)."""
+    async def look_once(self) -> list[Probe]:
+        """One look at every worker now, outside the watch's loop; its connections are closed after."""
         try:
-            probes = await asyncio.gather(*(self.probe(worker) for worker in self.workers))
+            return list(await asyncio.gather(*(self.probe(worker) for worker in self.workers)))
         finally:
             self.close()
-        return {probe.index: probe.gone for probe in probes if probe.gone}
+
+    async def gone_workers(self) -> dict[int, str]:
+        """One look now: the workers whose container is gone (mpirun may have noticed before the watch did)."""
+        return {probe.index: probe.gone for probe in await self.look_once() if probe.gone}
 
     def judge(self, probes: list[Probe], asked_at: float, now: float) -> dict[int, str]:
         """The workers lost by this look (asked at asked_at, all answered or given up by now)."""
