@@ -132,6 +132,8 @@ class OutputSync:
     job_id: int | None = None
     # The uploads this sync opened: those of the job's it did not are a dead process's, aborted at its next look.
     opened: set[str] = field(default_factory=set)
+    # A dead process's uploads are all ended (only one from before this sync can be one): no look asks again.
+    swept: bool = False
 
     async def sync(self) -> None:
         """One look: list the folder, upload what is new or changed. NodeError when the container cannot be asked."""
@@ -268,23 +270,25 @@ class OutputSync:
         for upload in uploads:
             await self._abort_one(upload.key, upload.upload_id)
 
-    async def _abort_one(self, key: str, upload_id: str) -> None:
+    async def _abort_one(self, key: str, upload_id: str) -> bool:
+        """Abort one upload; False when the store could not be asked (it stays kept, for the next look)."""
         try:
             await asyncio.to_thread(self.where.store.abort_multipart, self.where.url.bucket, key, upload_id)
-        except StoreUnreachable as error:  # kept: the next look tries again
+        except StoreUnreachable as error:
             logger.warning("could not abort the multipart upload of %s: %s", key, error)
-            return
+            return False
         except StoreError as error:  # refused (already gone, or no longer the console's to end): nothing more to do
             logger.warning("could not abort the multipart upload of %s: %s", key, error)
         await self._forget(upload_id)
+        return True
 
     async def _abort_left_open(self) -> None:
         """Abort the job's multipart uploads that a console process opened and did not end (it died between)."""
-        if self.job_id is None:
+        if self.job_id is None or self.swept:
             return
         left = await sync_to_async(_kept_uploads)(self.job_id, self.where.url.folder_prefix, frozenset(self.opened))
-        for key, upload_id in left:
-            await self._abort_one(key, upload_id)
+        ended = [await self._abort_one(key, upload_id) for key, upload_id in left]
+        self.swept = all(ended)
 
     async def _keep(self, key: str, upload_id: str) -> None:
         self.opened.add(upload_id)

@@ -303,3 +303,4 @@ def test_an_upload_a_dead_console_process_left_open_is_aborted_by_the_next_sync_
     # While the node uploaded, both of this sync's uploads were kept (the dead one was already aborted).
     assert store.kept_when_joined == ["upload-1", "upload-2"]
     assert not OpenUpload.objects.filter(job=job).exists()
+    assert sync.swept, "a dead process's uploads are looked for until they are all ended, then not again"
