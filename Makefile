@@ -8,10 +8,11 @@ PY := $(VENV)/bin/python
 # benchmarks, gettext for the translations, Chromium for the browser tests, shellcheck for `make check`,
 # cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with;
 # Slurm with munge, its REST server, JWT and MySQL plugins, and the MariaDB client, for the local Slurm
-# (`manage.py localslurm`; its accounting runs on the machine's MariaDB server, at 127.0.0.1:3306).
+# (`manage.py localslurm`; its accounting runs on the machine's MariaDB server, at 127.0.0.1:3306); uidmap (newuidmap)
+# for the rootless Podman of a Slurm pool without root.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
 	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
-	podman runc nftables debootstrap cmake g++ \
+	podman runc uidmap nftables debootstrap cmake g++ \
 	munge slurm-wlm slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin mariadb-client
 
 .PHONY: run test unit-test system-packages venv messages check images clean

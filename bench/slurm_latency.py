@@ -1,6 +1,7 @@
-"""A 2-node job through a Slurm pool beside the same job on the console's own pool, on the same two nodes, in
-one run: submission -> first line of a rank's output -> Completed, and for the Slurm pool where the extra
-time goes (submission -> Slurm runs it -> the console sees it and has the nodes).
+"""A 2-node job through a Slurm pool (without root, and with the root SSH option) beside the same job on the
+console's own pool, on the same two nodes, in one run: submission -> first line of a rank's output -> Completed,
+and for the Slurm pools where the extra time goes (submission -> Slurm runs it -> the console sees it and has
+the nodes).
 
 Brings up everything it measures on its own bridge (database, Redis, a Celery worker and beat, a local
 cluster of 2 nodes, a Slurm on those nodes), alternates the two pools run by run (the nodes move between
@@ -75,19 +76,32 @@ def main() -> None:
                               controller_address=gateway, cluster="bench", base_port=19000, users=["ma-user"])
         own = ResourcePool.objects.create(name="own", kind=ResourcePool.Kind.DEDICATED)
         key = base64.b64encode(localslurm.jwt_key(SLURM_DIR)).decode()
-        through_slurm = ResourcePool.objects.create(
-            name="slurm", kind=ResourcePool.Kind.DEDICATED, backend=ResourcePool.Backend.SLURM,
+        pools = [own] + [ResourcePool.objects.create(
+            name=name, kind=ResourcePool.Kind.DEDICATED, backend=ResourcePool.Backend.SLURM,
             slurm_url=slurm.rest_url, slurm_partition=slurm.partition, slurm_user="ma-user", slurm_account="console",
-            slurm_root_ssh=True, sealed_slurm_jwt_key=seal_secret(key))
+            slurm_root_ssh=root_ssh, sealed_slurm_jwt_key=seal_secret(key))
+            for name, root_ssh in (("slurm", False), ("slurm-root", True))]
+        # How each pool reaches the nodes: as root, or (the Slurm pool without root) as the Slurm user.
+        logins = {node.name: (node.ssh_user, node.private_key) for node in Node.objects.all()}
+        user_logins = {local.name: local for local in (
+            localcluster.user_login(state, localcluster.LocalNode(entry.name, entry.address, 22, "root", state, ""))
+            for entry in localcluster.status(state))}
         worker = services.start_celery_worker({}, BENCH_VAR / "celery-worker.log")
         beat = services.start_celery_beat({}, BENCH_VAR / "celery-beat.log")
         time.sleep(3)
         owner = get_user_model().objects.get(username="admin")
         spec = ResourceSpec.objects.get(name="local-cpu-2")
-        results: dict[str, dict[str, list[float]]] = {"own": {}, "slurm": {}}
-        for run in range(args.runs * 2):
-            pool = own if run % 2 == 0 else through_slurm
-            Node.objects.update(pool=pool)  # the same two nodes, in one pool or the other
+        results: dict[str, dict[str, list[float]]] = {pool.name: {} for pool in pools}
+        for run in range(args.runs * len(pools)):
+            pool = pools[run % len(pools)]
+            for node in Node.objects.all():  # the same two nodes, in one pool or another
+                node.pool = pool
+                if pool.is_slurm and not pool.slurm_root_ssh:
+                    login = user_logins[node.name]
+                    node.ssh_user, node.private_key = login.ssh_user, login.private_key_path.read_text()
+                else:
+                    node.ssh_user, node.private_key = logins[node.name]
+                node.save()
             form = TrainingJobForm(data={"name": f"latency-{run}", "engine": "MPI", "code_dir": "gpu-train",
                                          "boot_file": "train.py", "spec": spec.pk, "node_count": 2, "pool": pool.pk,
                                          "parameters": [{"name": "steps", "value": "5"}]})
@@ -122,9 +136,11 @@ def main() -> None:
             return f"{statistics.median(values):.2f} s" if values else "-"
 
         print(f"2-node job, {args.runs} runs each, medians: console's own pool: first rank line {median('own', 'first_line')}, "
-              f"Completed {median('own', 'completed')}; Slurm pool: Slurm runs it {median('slurm', 'slurm_running')}, "
-              f"nodes given {median('slurm', 'creating')}, first rank line {median('slurm', 'first_line')}, "
-              f"Completed {median('slurm', 'completed')}")
+              f"Completed {median('own', 'completed')}" + "".join(
+                  f"; {name} ({words}): Slurm runs it {median(name, 'slurm_running')}, nodes given "
+                  f"{median(name, 'creating')}, first rank line {median(name, 'first_line')}, Completed "
+                  f"{median(name, 'completed')}"
+                  for name, words in (("slurm", "Slurm pool without root"), ("slurm-root", "Slurm pool, root SSH"))))
     finally:
         services.stop(beat)
         services.stop(worker)

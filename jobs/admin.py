@@ -175,8 +175,12 @@ class ResourcePoolAdmin(admin.ModelAdmin):
         if not pool.is_slurm:
             return _("as root over SSH, on the nodes it owns")
         if pool.slurm_root_ssh:
-            return _("as root over SSH, on the nodes Slurm allocates: an administrator's choice for this pool")
-        return _("not chosen yet")
+            return _("as root over SSH, on the nodes Slurm allocates: an administrator's choice for this pool; the "
+                     "containers run outside Slurm's cgroups, under the console's network policy")
+        return _("as the Slurm user %(user)s, never as root: the job's Slurm step runs its containers with that "
+                 "user's rootless Podman, in Slurm's cgroups of the job (its limits and accounting); register the "
+                 "nodes with that user and its key. The site's firewall stands for the console's network policy "
+                 "(nftables, which needs root).") % {"user": pool.slurm_user or "?"}
 
     @admin.action(description=_("Check the selected Slurm pools' connection now"), permissions=["change"])
     def check_slurm(self, request, queryset):

@@ -12,15 +12,21 @@ jobs/ because `manage.py localcluster` is how an operator brings a local cluster
   died); it returns only the first `nodes`. `down` removes them all.
 - A node whose sshd is restarted gets a fresh hostname/mount namespace, so an empty /dev/shm.
 - `down` keeps the `ma-user` account unless `remove_user=True` (the host's other users may need it).
+- Each node also lets `ma-user` in, with a key of its own (`user_id_ed25519`): a Slurm pool without root
+  (jobs.backends.slurm) reaches its nodes as that user, whose rootless Podman keeps a store and a runtime
+  folder per node (in the user's home: a node's folders of root's are not the user's to enter), as
+  separate hosts would.
 - state_dir must be reachable through root-owned directories that are not group/world-writable
   (sshd's StrictModes checks the authorized-keys path): /run/... or /root/... work, /tmp/... does not.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import ipaddress
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -39,7 +45,8 @@ JOB_USER = "ma-user"
 WAIT_S = 15.0
 STATE = "state.json"
 # Everything `up` writes into state_dir; `down` removes exactly these.
-OWNED = (STATE, STATE + ".tmp", "nodes", "id_ed25519", "id_ed25519.pub", "authorized_keys", "known_hosts", ".lock")
+OWNED = (STATE, STATE + ".tmp", "nodes", "id_ed25519", "id_ed25519.pub", "authorized_keys", "known_hosts", ".lock",
+         "user_id_ed25519", "user_id_ed25519.pub")
 # Runs inside the node's fresh UTS + mount namespace; names arrive as $1.. so nothing is interpolated.
 NODE_INIT = ('hostname "$1" && mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm'
              ' && echo $$ > "$3" && exec ' + SSHD + ' -D -e -f "$2"')
@@ -152,25 +159,71 @@ def _ensure_user() -> None:
         _run("usermod", "-p", "*", JOB_USER)
 
 
+def _ensure_subordinate_ids() -> None:
+    """Rootless Podman maps a container's users onto the user's subordinate ids (newuidmap, Debian's uidmap)."""
+    for table, option in (("/etc/subuid", "--add-subuids"), ("/etc/subgid", "--add-subgids")):
+        lines = Path(table).read_text().splitlines() if Path(table).exists() else []
+        if any(line.split(":")[0] == JOB_USER for line in lines):
+            continue
+        ends = [int(fields[1]) + int(fields[2]) for line in lines if len(fields := line.split(":")) == 3
+                and fields[1].isdigit() and fields[2].isdigit()]
+        first = max([100000, *ends])
+        _run("usermod", option, f"{first}-{first + 65535}", JOB_USER)
+
+
+def user_folder(state_dir: Path, node_name: str) -> Path:
+    """The job user's own folder for one node of this cluster (its rootless Podman's store and runtime)."""
+    tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:12]
+    return Path(pwd.getpwnam(JOB_USER).pw_dir) / ".localcluster" / tag / node_name
+
+
+def _user_owned(folder: Path) -> None:
+    """Make folder (below the user's home) and each folder between, the user's own and nobody else's."""
+    entry = pwd.getpwnam(JOB_USER)
+    relative = folder.relative_to(entry.pw_dir)
+    for part in [*reversed(relative.parents), relative]:
+        if str(part) == ".":
+            continue
+        path = Path(entry.pw_dir) / part
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _ensure_node_user_folder(folder: Path) -> None:
+    _user_owned(folder / "run")
+    conf = folder / "storage.conf"
+    # Rootless Podman reads rootless_storage_path, not graphroot; its runroot follows XDG_RUNTIME_DIR.
+    conf.write_text(_storage_conf(folder) + f'rootless_storage_path = "{folder / "containers" / "storage"}"\n')
+    entry = pwd.getpwnam(JOB_USER)
+    os.chown(conf, entry.pw_uid, entry.pw_gid)
+
+
 def _storage_conf(ndir: Path) -> str:
     # Each node keeps its own images, as separate hosts would: a job's image really has to reach it.
     return (f'[storage]\ndriver = "overlay"\ngraphroot = "{ndir / "containers" / "storage"}"\n'
             f'runroot = "{ndir / "containers" / "run"}"\n')
 
 
-def _sshd_config(address: str, host_key: Path, authorized: Path, pidfile: Path, storage_conf: Path) -> str:
+def _sshd_config(address: str, host_key: Path, authorized: Path, pidfile: Path, storage_conf: Path,
+                 user_folder: Path) -> str:
     return "\n".join([
         f"Port {SSH_PORT}", f"ListenAddress {address}", f"HostKey {host_key}",
-        f"PidFile {pidfile}", f"AuthorizedKeysFile {authorized}", "AllowUsers root",
+        f"PidFile {pidfile}", "AllowUsers root " + JOB_USER,
         "PermitRootLogin prohibit-password", "PubkeyAuthentication yes", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "UsePAM no", "UseDNS no",
         # The console opens many sessions and connections to one node at once.
         "MaxStartups 100", "MaxSessions 100",
+        "X11Forwarding no", "PrintMotd no", "Subsystem sftp internal-sftp",
         # Debian's bash sources ~/.bashrc for every ssh command unless SHLVL says it is nested; the
         # host root's .bashrc (pyenv init: ~130 ms) would then tax each of the console's many commands.
         # Podman, run by the console over this SSH, uses the node's own image store and settings.
+        "Match User root", f"AuthorizedKeysFile {authorized}",
         f"SetEnv SHLVL=1 CONTAINERS_CONF={CONTAINERS_CONF} CONTAINERS_STORAGE_CONF={storage_conf}",
-        "X11Forwarding no", "PrintMotd no", "Subsystem sftp internal-sftp", ""])
+        # The user's key is read as the user (sshd drops to it), so it lies in the user's folder; its rootless
+        # Podman keeps this node's store and pause process apart from the other nodes' (one host here).
+        f"Match User {JOB_USER}", f"AuthorizedKeysFile {user_folder.parent / 'authorized_keys'}",
+        f"SetEnv SHLVL=1 CONTAINERS_CONF={CONTAINERS_CONF} CONTAINERS_STORAGE_CONF={user_folder / 'storage.conf'} "
+        f"XDG_RUNTIME_DIR={user_folder / 'run'}", ""])
 
 
 def _ensure_net(node: dict, bridge: str, plen: int, gateway: str) -> bool:
@@ -249,11 +302,18 @@ def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str
                                    "address": str(address), "pid": None, "host_public_key": ""})
         _save(state_dir, state)  # before touching the system, so that down can find partial work
         _ensure_user()
+        _ensure_subordinate_ids()
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation dir
         client_pub = _keygen(state_dir / "id_ed25519", "localcluster")
         authorized = state_dir / "authorized_keys"
         authorized.write_text(client_pub + "\n")
         os.chmod(authorized, 0o600)
+        user_pub = _keygen(state_dir / "user_id_ed25519", "localcluster-user")
+        users_folder = user_folder(state_dir, "-").parent
+        _user_owned(users_folder)
+        (users_folder / "authorized_keys").write_text(user_pub + "\n")
+        os.chmod(users_folder / "authorized_keys", 0o600)
+        os.chown(users_folder / "authorized_keys", pwd.getpwnam(JOB_USER).pw_uid, pwd.getpwnam(JOB_USER).pw_gid)
         if not _link_exists(bridge):
             _run("ip", "link", "add", "name", bridge, "type", "bridge")
         _run("ip", "addr", "replace", f"{gateway}/{net.prefixlen}", "dev", bridge)
@@ -269,8 +329,9 @@ def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str
                 node["pid"] = None
             storage_conf = ndir / "storage.conf"
             storage_conf.write_text(_storage_conf(ndir))
+            _ensure_node_user_folder(user_folder(state_dir, node["name"]))
             text = _sshd_config(node["address"], ndir / "ssh_host_ed25519_key", authorized, ndir / "sshd.pid",
-                                storage_conf)
+                                storage_conf, user_folder(state_dir, node["name"]))
             changed = not conf.exists() or conf.read_text() != text
             if changed:
                 conf.write_text(text)
@@ -343,8 +404,25 @@ def down(state_dir: Path, *, bridge: str | None = None, prefix: str | None = Non
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         if not any(state_dir.iterdir()):
             state_dir.rmdir()
+    if _user_exists():
+        # The user's rootless stores of this cluster's nodes (their files belong to its subordinate ids: root's rm).
+        shutil.rmtree(user_folder(state_dir, "-").parent, ignore_errors=True)
     if remove_user:
         _run("userdel", "-r", JOB_USER, check=False)
+
+
+def _user_exists() -> bool:
+    try:
+        pwd.getpwnam(JOB_USER)
+    except KeyError:
+        return False
+    return True
+
+
+def user_login(state_dir: Path, node: LocalNode) -> LocalNode:
+    """How to reach a node as the job user instead of root (its own key), for a pool that runs without root."""
+    return LocalNode(node.name, node.address, node.ssh_port, JOB_USER, Path(state_dir).resolve() / "user_id_ed25519",
+                     node.host_public_key)
 
 
 def status(state_dir: Path) -> list[NodeStatus]:

@@ -112,11 +112,15 @@ class ResourcePool(models.Model):
     # expires, or the cluster's HS256 key, from which the console makes short-lived tokens itself.
     sealed_slurm_token = models.TextField(blank=True, editable=False)
     sealed_slurm_jwt_key = models.TextField(blank=True, editable=False)
-    # The console reaches the nodes Slurm gives as root over SSH (they are registered in this pool with
-    # their keys): an administrator's explicit choice, said on the pool's page.
+    # How the console reaches the nodes Slurm gives (each registered in this pool with its key). Without root
+    # (the default), as the Slurm user: Slurm's step runs the containers with that user's rootless Podman,
+    # under the job's cgroups. With root, as on the console's own pools: an administrator's explicit choice,
+    # said on the pool's page.
     slurm_root_ssh = models.BooleanField(
         default=False, help_text=_("Run the jobs' containers over the console's root SSH to the nodes Slurm "
-                                   "allocates (each registered as a node of this pool). Required for now."))
+                                   "allocates, outside Slurm's cgroups. Unticked, the console logs in as the "
+                                   "Slurm user (register the nodes with that user and its key) and Slurm's job "
+                                   "step runs the containers with that user's rootless Podman."))
     # What the last look at slurmrestd found ("Slurm 22.05.8", or why it could not be reached).
     slurm_status = models.TextField(blank=True, editable=False)
     slurm_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -142,10 +146,6 @@ class ResourcePool(models.Model):
                                               (_("the Slurm user"), self.slurm_user)) if not value]
         if missing:
             raise ValidationError(_("A Slurm pool needs %(missing)s.") % {"missing": ", ".join(str(m) for m in missing)})
-        if not self.slurm_root_ssh:
-            raise ValidationError({"slurm_root_ssh": _(
-                "A Slurm pool runs its jobs' containers over the console's root SSH to the nodes Slurm gives, "
-                "for now: tick this to accept it.")})
 
     @property
     def slurm_token(self) -> str:
@@ -386,6 +386,18 @@ class Node(models.Model):
     @private_key.setter
     def private_key(self, value: str) -> None:
         self.sealed_private_key = seal_secret(value)
+
+    @property
+    def rootless(self) -> bool:
+        """A node of a Slurm pool that runs without root: the console reaches it as the Slurm user only."""
+        pool = self.pool
+        return bool(pool and pool.is_slurm and not pool.slurm_root_ssh)
+
+    @property
+    def work_root(self) -> str:
+        """Where jobs' folders go on this node when it is not the console's (NODE_WORK_ROOT is root's)."""
+        pool = self.pool
+        return settings.SLURM_WORK_ROOT.format(user=pool.slurm_user) if pool and self.rootless else ""
 
     def ssh_target(self) -> SshTarget:
         """How the console reaches the node itself (as its administrator account, with the node's key)."""
@@ -1040,7 +1052,8 @@ class Worker(models.Model):
             return None
         return WorkerValues(index=self.index, address=self.address, hostname=self.hostname, node=node.ssh_target(),
                             container_name=self.container_name, node_gpu_count=len(node.health.get("gpus") or []),
-                            node_has_cdi=bool(node.health.get("cdi")))
+                            node_has_cdi=bool(node.health.get("cdi")), rootless=node.rootless,
+                            work_root=node.work_root)
 
 
 def workers_launch_values(workers: Iterable[Worker]) -> list[WorkerValues]:

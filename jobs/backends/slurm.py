@@ -52,6 +52,7 @@ from jobs.slurm.batch import (
     FAILED_SIGNAL,
     HOLDER_SCRIPT,
     JOB_NAME_PREFIX,
+    STEP_SCRIPT,
     PoolValues,
     batch_request,
 )
@@ -300,9 +301,13 @@ def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
     slurm_id = already
     if slurm_id is None:
         limit = job.auto_stop_hours * 60 if job.auto_stop_hours else None
-        slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition), HOLDER_SCRIPT,
+        # Without root, the batch job's own step runs the containers in the jobs' folder of the Slurm user.
+        rootless = not pool.slurm_root_ssh
+        folder = f"{settings.SLURM_WORK_ROOT.format(user=pool.slurm_user)}/{job.dns_name}" if rootless else ""
+        slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition),
+                                             STEP_SCRIPT if rootless else HOLDER_SCRIPT,
                                              name=console_job_name(job.pk), account=pool.slurm_account,
-                                             time_limit_minutes=limit))
+                                             time_limit_minutes=limit, job_folder=folder))
     claimed = TrainingJob.objects.filter(pk=job.pk, status=JobStatus.PENDING, slurm_job_id__isnull=True).update(
         slurm_job_id=slurm_id, slurm_state="PENDING", slurm_reason=reason_words(None))
     if not claimed:

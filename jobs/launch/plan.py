@@ -92,6 +92,10 @@ class WorkerValues:
     container_name: str = ""
     node_gpu_count: int = 0
     node_has_cdi: bool = False
+    # A node of a Slurm pool reached as the Slurm user, not root: its containers are rootless Podman's, started
+    # by the Slurm job's step (jobs.runtime.slurm_step), and its work folder is that user's (work_root).
+    rootless: bool = False
+    work_root: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,14 @@ class WorkerPlan:
     container_name: str = ""
     # The node's GPUs the container gets, by their CDI names.
     gpu_devices: tuple[str, ...] = ()
+    # Reached as an ordinary user (WorkerValues.rootless): what root did on the node, that user does as the root
+    # of its own user namespace (`podman unshare`), and Slurm's step starts the container.
+    rootless: bool = False
+
+    @property
+    def work_root(self) -> str:
+        """The node's folder of jobs' folders this worker's lies in (<work root>/<job>/worker-<i>)."""
+        return self.workdir.rsplit("/", 2)[0]
 
 
 # Every thread of a container takes one of its node's PIDs, and a thread costs so little memory (3,000 take
@@ -309,7 +321,6 @@ def job_rank_workers(job: JobValues) -> tuple[int, ...]:
 
 def worker_plans(job: JobValues, workers: Sequence[WorkerValues], work_root: str,
                  environments: Sequence[Mapping[str, str]] | None = None) -> list[WorkerPlan]:
-    root = work_root.rstrip("/")
     return [
         WorkerPlan(
             index=worker.index,
@@ -317,9 +328,10 @@ def worker_plans(job: JobValues, workers: Sequence[WorkerValues], work_root: str
             address=worker.address,
             hostname=worker.hostname,
             env=dict(environments[worker.index]) if environments else {},
-            workdir=f"{root}/{job.dns_name}/worker-{worker.index}",
+            workdir=f"{(worker.work_root or work_root).rstrip('/')}/{job.dns_name}/worker-{worker.index}",
             container_name=worker.container_name or new_container_name(job.job_id, worker.index),
             gpu_devices=gpu_devices_for(job.spec.gpu_count, worker.node_gpu_count, worker.node_has_cdi),
+            rootless=worker.rootless,
         )
         for worker in workers
     ]

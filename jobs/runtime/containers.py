@@ -15,6 +15,11 @@ rootful, Debian's package) is the runtime that is tested. A worker's container:
   accepts only the job's key.
 All processes of a job run as uid 1000 on the host; isolation comes from the namespaces, not from
 distinct uids (a user namespace per job is the next step, see README).
+
+On a node of a Slurm pool without root (WorkerPlan.rootless) the same container is the Slurm user's rootless
+Podman's: uid 1000 inside is one of that user's subordinate ids outside, the container's root is the user, and
+the limits are Slurm's cgroups of the job's step, which the container's are made below (Podman cannot set
+them itself without root on these cgroups): `--cpus`, `--memory` and `--pids-limit` are left out there.
 """
 
 import shlex
@@ -56,8 +61,10 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     for other in plan.workers:
         argv += ["--add-host", f"{other.hostname}.{plan.job_dns}:{other.address}",
                  "--add-host", f"{other.hostname}:{other.address}"]
-    argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
-             "--shm-size", str(limits.shm_bytes), "--pids-limit", str(limits.pids),
+    if not worker.rootless:
+        argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
+                 "--pids-limit", str(limits.pids)]
+    argv += ["--shm-size", str(limits.shm_bytes),
              "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
              "--security-opt", f"seccomp={seccomp_path(worker)}",
              "--volume", f"{worker.workdir}/home:{CONTAINER_HOME}:rw,nosuid,nodev",
@@ -78,3 +85,9 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
 
 def run_command(plan: JobPlan, worker: WorkerPlan) -> str:
     return shlex.join(run_argv(plan, worker))
+
+
+def as_node_root(worker: WorkerPlan, argv: list[str]) -> list[str]:
+    """argv as it runs with root's say over the worker's files: as root, or on a rootless node as the root of the
+    Slurm user's own user namespace (`podman unshare`), where the job's uid 1000 is the one its container has."""
+    return ["podman", "unshare", *argv] if worker.rootless else argv

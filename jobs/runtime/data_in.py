@@ -24,7 +24,7 @@ from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import MAX_INPUT_OBJECTS, ObjectUrlError, parse_object_url, safe_key_part
-from jobs.runtime.containers import JOB_UID
+from jobs.runtime.containers import JOB_UID, as_node_root
 from jobs.runtime.ssh import NodeError
 
 STAGE_SCRIPT = (Path(__file__).resolve().parent / "node_scripts" / "stage-inputs.py").read_text()
@@ -160,10 +160,11 @@ async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerP
     downloads = staging.downloads
     total_files, total_bytes = len(downloads), sum(item.size for item in downloads)
     await say(f"{staging.what}: fetching {total_files} files, {readable_size(total_bytes)}, onto {label}")
-    argv = ["python3", "-c", STAGE_SCRIPT, worker.workdir, f"{settings.NODE_WORK_ROOT.rstrip('/')}/.object-cache",
+    argv = ["python3", "-c", STAGE_SCRIPT, worker.workdir, f"{worker.work_root}/.object-cache",
             str(settings.NODE_CACHE_GB * 1024**3), str(settings.NODE_DISK_RESERVE_GB * 1024**3)]
     if staging.owned:
         argv += [staging.target, str(JOB_UID)]
+    argv = as_node_root(worker, argv)
     last = ""
     try:
         async with connection.create_process(shlex.join(argv)) as process:

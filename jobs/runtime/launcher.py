@@ -26,7 +26,7 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.logs.sink import LogSink
 from jobs.logs.store import LogRecord
 from jobs.models import LogStream
-from jobs.runtime.containers import CONTAINER_HOME, JOB_UID
+from jobs.runtime.containers import CONTAINER_HOME, JOB_UID, as_node_root
 from jobs.runtime.mpirun_output import MpirunOutput, ReaderState
 from jobs.runtime.preparation import NODE_SCRIPTS, environment_file
 from jobs.runtime.ssh import NodeError, connect
@@ -185,8 +185,8 @@ class Follow:
     async def start(self, connection: asyncssh.SSHClientConnection) -> bool:
         """Start mpirun; False when the session failed before it could tell (the start is tried again:
         one that already happened does nothing). A start that the script refuses fails the run."""
-        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", self.run_dir,
-                *podman_exec_argv(self.plan, self.plan.workers[0], self.run_dir)]
+        argv = as_node_root(self.plan.workers[0], ["sh", "-c", RUN_SCRIPT, "run-mpirun", "start", self.run_dir,
+                                                   *podman_exec_argv(self.plan, self.plan.workers[0], self.run_dir)])
         try:
             result = await connection.run(shlex.join(argv), input=launch_environment(self.plan, self.plan.workers[0]),
                                           check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
@@ -199,7 +199,7 @@ class Follow:
         return True
 
     async def exit_status(self, connection: asyncssh.SSHClientConnection) -> FollowEnd:
-        argv = ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", self.run_dir]
+        argv = as_node_root(self.plan.workers[0], ["sh", "-c", RUN_SCRIPT, "run-mpirun", "status", self.run_dir])
         try:
             result = await connection.run(shlex.join(argv), check=False, timeout=settings.SSH_COMMAND_TIMEOUT)
         except (TimeoutError, OSError, asyncssh.Error) as error:
@@ -214,7 +214,8 @@ class Follow:
         out, err = self.files[STDOUT], self.files[STDERR]
         out.reopen()
         err.reopen()
-        command = shlex.join(["sh", "-c", RUN_SCRIPT, "run-mpirun", "follow", self.run_dir, str(out.offset), str(err.offset)])
+        command = shlex.join(as_node_root(self.plan.workers[0], ["sh", "-c", RUN_SCRIPT, "run-mpirun", "follow", self.run_dir,
+                                                                str(out.offset), str(err.offset)]))
         try:
             channel, output = await connection.create_session(BoundedOutput, command, encoding=None)
         except (OSError, asyncssh.Error) as error:

@@ -24,6 +24,7 @@ from django.conf import settings
 
 from jobs.launch.plan import WorkerPlan
 from jobs.results.failure_card import DISK_LIMIT_REASON
+from jobs.runtime.containers import as_node_root
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
@@ -242,7 +243,7 @@ class WorkerWatch:
         return lost
 
     async def probe(self, worker: WorkerPlan) -> Probe:
-        command = shlex.join(["sh", "-s", "--", worker.container_name, gpu_indices(worker.gpu_devices)])
+        command = shlex.join(as_node_root(worker, ["sh", "-s", "--", worker.container_name, gpu_indices(worker.gpu_devices)]))
         try:
             connection = self.connections.get(worker.index)
             if connection is None:

@@ -49,7 +49,10 @@ def _script(*arguments: str) -> list[str]:
 
 async def apply_policy(connection: asyncssh.SSHClientConnection, plan: JobPlan, worker: WorkerPlan,
                        job_uid: int) -> None:
-    """Load this worker's policy on its node; without it the container must not start (NodeError)."""
+    """Load this worker's policy on its node; without it the container must not start (NodeError). A node reached
+    without root holds none: its firewall is the Slurm site's (the pool's page says so)."""
+    if worker.rootless:
+        return
     policy = node_policy(worker.container_name, job_uid, worker.node.port,
                          [other.address for other in plan.workers], [], ALLOWED_DESTINATIONS.get())
     await run_checked(connection, worker.node.label, "applying the job's network policy",
@@ -69,6 +72,8 @@ async def remove_tables(connection: asyncssh.SSHClientConnection, label: str, ta
 
 async def remove_policy(connection: asyncssh.SSHClientConnection, worker: WorkerPlan) -> str:
     """Delete this worker's policy from its node; "" when done (or never made), else why not."""
+    if worker.rootless:
+        return ""
     problem = await remove_tables(connection, worker.node.label, [table_name(worker.container_name)])
     return f"removing the network policy failed: {problem}" if problem else ""
 

@@ -11,7 +11,7 @@ Parsing and judging are pure (jobs.node_facts); only `probe` talks to a node and
 import asyncio
 import logging
 import shlex
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import asyncssh
@@ -104,7 +104,10 @@ class Probe:
     policy_problem: str = ""
 
 
-async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames: list[str]) -> Probe:
+async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames: list[str], *,
+                rootless: bool = False) -> Probe:
+    """One node's facts; a node reached without root (a Slurm pool's: `work_root` is then its user's) holds no
+    network policy of the console's, so none is listed there."""
     try:
         connection = await connect(target)
         async with connection:
@@ -112,7 +115,7 @@ async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames:
             # The script goes on stdin: the command line (and every SSH log line) stays short.
             result = await connection.run(shlex.join(["sh", "-s", "--", work_root]), input=FACTS_SCRIPT,
                                           check=False, timeout=HEALTH_COMMAND_TIMEOUT)
-            tables, policy_problem = await listed_tables(connection)
+            tables, policy_problem = await listed_tables(connection) if not rootless else ([], "")
     except NodeError as error:
         return Probe(node_id, error=str(error))
     except TimeoutError:
@@ -126,7 +129,10 @@ async def probe(node_id: int, target: SshTarget, work_root: str, wanted_ifnames:
                  policy_tables=tuple(tables or ()), policy_problem=policy_problem)
 
 
-async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted_ifnames: list[str]) -> list[Probe]:
+async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted_ifnames: list[str],
+                    rootless_roots: Mapping[int, str] | None = None) -> list[Probe]:
+    """Every node's facts; `rootless_roots`: the work root of each node reached without root, by node id."""
+    roots = rootless_roots or {}
     gate = asyncio.Semaphore(HEALTH_CONCURRENCY)
     # Each step already has its timeout; this bounds the sum, so one node can never hold the rest.
     deadline = settings.SSH_CONNECT_TIMEOUT * 2 + HEALTH_COMMAND_TIMEOUT + 5
@@ -134,7 +140,8 @@ async def probe_all(targets: list[tuple[int, SshTarget]], work_root: str, wanted
     async def one(node_id: int, target: SshTarget) -> Probe:
         async with gate:
             try:
-                return await asyncio.wait_for(probe(node_id, target, work_root, wanted_ifnames), deadline)
+                return await asyncio.wait_for(probe(node_id, target, roots.get(node_id, work_root), wanted_ifnames,
+                                                    rootless=node_id in roots), deadline)
             except TimeoutError:
                 return Probe(node_id, error=f"{target.label}: health check failed: timed out after {deadline} s")
 
@@ -182,7 +189,7 @@ def record(node: Node, result: Probe) -> CheckResult:
 
 def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
     """Check the nodes concurrently and record each result; returns one result per node."""
-    nodes = list(Node.objects.filter(pk__in=[node.pk for node in nodes]).select_related("spec"))
+    nodes = list(Node.objects.filter(pk__in=[node.pk for node in nodes]).select_related("spec", "pool"))
     targets = []
     unreadable = {}
     for node in nodes:
@@ -191,17 +198,19 @@ def check_nodes(nodes: Iterable[Node]) -> list[CheckResult]:
         except ValueError as error:  # the sealed key cannot be opened (SECRET_KEY changed)
             unreadable[node.pk] = Probe(node.pk, error=f"{node.name}: {error}")
     wanted = socket_ifnames(LauncherDefaults.current().x_args)
-    probes = {result.node_id: result for result in asyncio.run(probe_all(targets, settings.NODE_WORK_ROOT, wanted))}
+    roots = {node.pk: node.work_root for node in nodes if node.rootless}
+    probes = {result.node_id: result
+              for result in asyncio.run(probe_all(targets, settings.NODE_WORK_ROOT, wanted, roots))}
     # A teardown that could not reach a node (its network was cut, it rebooted) is finished here, once it
     # answers again: what ended jobs left is removed, and the check looks again.
-    leftovers = {node_id: leftover_workdirs(node_id, names, settings.NODE_WORK_ROOT, result.facts)
+    leftovers = {node_id: leftover_workdirs(node_id, names, roots.get(node_id, settings.NODE_WORK_ROOT), result.facts)
                  for node_id, result in probes.items() if result.facts
                  and (names := leftover_names(result.facts, node_id))}
     if leftovers:
         cleaned = [(node_id, target) for node_id, target in targets if node_id in leftovers]
-        asyncio.run(remove_leftovers(cleaned, leftovers))
+        asyncio.run(remove_leftovers(cleaned, leftovers, set(roots)))
         probes.update({result.node_id: result
-                       for result in asyncio.run(probe_all(cleaned, settings.NODE_WORK_ROOT, wanted))})
+                       for result in asyncio.run(probe_all(cleaned, settings.NODE_WORK_ROOT, wanted, roots))})
     probes.update(_without_leftover_policies(targets, probes))
     probes.update(unreadable)
     return [record(node, probes[node.pk]) for node in nodes]
@@ -237,13 +246,16 @@ async def remove_leftover_policies(targets: list[tuple[int, SshTarget]], leftove
     return dict(await asyncio.gather(*(one(node_id, target) for node_id, target in targets)))
 
 
-async def remove_leftovers(targets: list[tuple[int, SshTarget]], leftovers: dict[int, dict[str, str]]) -> None:
+async def remove_leftovers(targets: list[tuple[int, SshTarget]], leftovers: dict[int, dict[str, str]],
+                           rootless: Collection[int] = ()) -> None:
     async def one(node_id: int, target: SshTarget) -> None:
+        # As root, or as the root of the user's own namespace where the job's files are its subordinate ids'.
+        as_root = ["podman", "unshare"] if node_id in rootless else []
         try:
             connection = await connect(target)
             async with connection:
                 for name, workdir in leftovers[node_id].items():
-                    command = (shlex.join(["sh", "-s", "--", workdir, name]) if workdir
+                    command = (shlex.join([*as_root, "sh", "-s", "--", workdir, name]) if workdir
                                else shlex.join(["podman", "rm", "--force", "--time", "2", name]))
                     logger.info("%s: removing %s, left by an ended job", target.label, name)
                     await connection.run(command, input=STOP_SCRIPT if workdir else None, check=False,

@@ -33,8 +33,10 @@ async def has_image(connection: asyncssh.SSHClientConnection, reference: str) ->
     return result.exit_status == 0
 
 
-async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, reference: str, say: Say) -> None:
-    """Make sure the node holds `reference`: copy and load the console's archive, or pull it."""
+async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, reference: str, say: Say,
+                       cache: str = NODE_IMAGE_CACHE) -> None:
+    """Make sure the node holds `reference`: copy and load the console's archive (into `cache` first: root's, or a
+    folder of the user the console logs in as), or pull it."""
     if await has_image(connection, reference):
         return
     archive = console_archive(reference)
@@ -46,8 +48,8 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
     size_mib = archive.stat().st_size / 2**20
     await say(f"{label} has no {reference}: copying it from the console ({size_mib:,.0f} MiB)")
     # A name of this copy's own: several console processes may copy the same image to one node at once.
-    remote = f"{NODE_IMAGE_CACHE}/{archive.name}.{secrets.token_hex(8)}"
-    await run_checked(connection, label, "making the image cache", ["mkdir", "-p", NODE_IMAGE_CACHE])
+    remote = f"{cache}/{archive.name}.{secrets.token_hex(8)}"
+    await run_checked(connection, label, "making the image cache", ["mkdir", "-p", cache])
     started = time.monotonic()
     copied = [0]
 

@@ -20,10 +20,19 @@ from jobs.launch.command_builder import HOSTFILE_PATH, TUNE_FILE_PATH
 from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.launch.platform_env import RANK_AGENT_PATH
 from jobs.models import WorkerState
-from jobs.runtime.containers import CONTAINER_HOME, IMAGE_UNKNOWN, JOB_UID, SECCOMP_PROFILE, run_argv, seccomp_path
+from jobs.runtime.containers import (
+    CONTAINER_HOME,
+    IMAGE_UNKNOWN,
+    JOB_UID,
+    SECCOMP_PROFILE,
+    as_node_root,
+    run_argv,
+    seccomp_path,
+)
 from jobs.runtime.data_in import Staging, stage_inputs
 from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
+from jobs.runtime.slurm_step import start_in_step
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
 NODE_SCRIPTS = Path(__file__).resolve().parent / "node_scripts"
@@ -164,6 +173,8 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         raise NodeError("console", "choosing the image", "the job's engine version names no image")
     connection = await connect(worker.node)
     async with connection:
+        if worker.rootless:
+            await own_work_root(connection, label, worker.work_root)
         with tempfile.TemporaryDirectory() as scratch:
             bundle = Path(scratch) / "bundle.tar"
             write_worker_bundle(plan, worker, bundle)
@@ -174,7 +185,7 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
                 str(NODE_SCRIPTS / "prepare-workdir.sh"): f"{worker.workdir}/prepare-workdir.sh",
                 str(SECCOMP_PROFILE): seccomp_path(worker),
             })
-        layout = ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)]
+        layout = as_node_root(worker, ["sh", f"{worker.workdir}/prepare-workdir.sh", worker.workdir, str(JOB_UID)])
 
         async def say(text: str) -> None:
             await report(worker.index, WorkerState.PREPARING, text)
@@ -192,20 +203,39 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         await check_shared_paths(connection, label, plan.read_only_mounts)
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)
-        try:
-            output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
-        except NodeError as error:
-            if IMAGE_UNKNOWN not in error.reason:
-                raise
-            # Asked only now: a `podman image exists` before every start cost each node a podman process.
-            await ensure_image(connection, label, plan.image, say)
-            output = await run_checked(connection, label, "starting the container", run_argv(plan, worker))
+        if worker.rootless:
+            await ensure_image(connection, label, plan.image, say, cache=f"{worker.work_root}/.image-cache")
+            await start_in_step(connection, plan, worker)
+            output = worker.container_name
+        else:
+            output = await _start_container(connection, plan, worker, say)
         await run_checked(connection, label, "sealing the launch's programs",
                           ["sh", "-c", SEAL_SCRIPT, "seal-tools", worker.container_name])
     await _wait_for_port(worker, plan.sshd_port)
     await report(worker.index, WorkerState.READY,
                  f"worker-{worker.index} container {worker.container_name} ({worker.hostname}) is up, sshd on port {plan.sshd_port}")
     return ContainerStarted(worker.index, output.strip()[:64])
+
+
+async def own_work_root(connection: asyncssh.SSHClientConnection, label: str, work_root: str) -> None:
+    """The folder of jobs' folders on a node reached as an ordinary user: made by it, and used only while it is
+    that user's own folder and no link (a place like /var/tmp is open to every account of the node)."""
+    await run_checked(connection, label, f"making the jobs' folder {work_root}", [
+        "sh", "-c", 'mkdir -p -m 711 -- "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && chmod 711 -- "$1" '
+        '|| { echo "it is not a folder of this user'"'"'s own" >&2; exit 1; }', "sh", work_root])
+
+
+async def _start_container(connection: asyncssh.SSHClientConnection, plan: JobPlan, worker: WorkerPlan,
+                           say: Callable[[str], Awaitable[None]]) -> str:
+    label = worker.node.label
+    try:
+        return await run_checked(connection, label, "starting the container", run_argv(plan, worker))
+    except NodeError as error:
+        if IMAGE_UNKNOWN not in error.reason:
+            raise
+    # Asked only now: a `podman image exists` before every start cost each node a podman process.
+    await ensure_image(connection, label, plan.image, say)
+    return await run_checked(connection, label, "starting the container", run_argv(plan, worker))
 
 
 async def prepare_all(plan: JobPlan, report: ProgressCallback, inputs: Sequence[Staging] = ()) -> list[ContainerStarted]:

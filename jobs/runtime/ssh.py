@@ -70,12 +70,13 @@ def host_key_line(connection: asyncssh.SSHClientConnection) -> str:
 async def run_checked(
     connection: asyncssh.SSHClientConnection, label: str, step: str, argv: list[str],
     timeout: float | None = None,  # noqa: ASYNC109 - handed to asyncssh, which bounds the remote command by it
+    input_text: str | None = None,
 ) -> str:
-    """Run argv (quoted, so nothing in it is interpreted by the remote shell); return its stdout."""
+    """Run argv (quoted, so nothing in it is interpreted by the remote shell), with input_text on its stdin; return
+    its stdout."""
     try:
-        result = await connection.run(
-            shlex.join(argv), check=False, timeout=timeout or settings.SSH_COMMAND_TIMEOUT
-        )
+        result = await connection.run(shlex.join(argv), check=False, timeout=timeout or settings.SSH_COMMAND_TIMEOUT,
+                                      **({"input": input_text} if input_text is not None else {}))
     except (TimeoutError, OSError, asyncssh.Error) as error:
         raise NodeError(label, step, _reason(error)) from error
     if result.exit_status != 0:

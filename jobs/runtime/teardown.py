@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from jobs.launch.plan import WorkerPlan
 from jobs.results.rank_records import RankRecord, parse_rank_records
+from jobs.runtime.containers import as_node_root
 from jobs.runtime.network_policy import remove_policy
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
@@ -69,7 +70,7 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
         async with connection:
             # The script goes on stdin, so teardown works even where the upload never happened.
             result = await connection.run(
-                shlex.join(["sh", "-s", "--", worker.workdir, worker.container_name]),
+                shlex.join(as_node_root(worker, ["sh", "-s", "--", worker.workdir, worker.container_name])),
                 input=STOP_SCRIPT,
                 check=False,
                 timeout=settings.SSH_COMMAND_TIMEOUT,

@@ -34,6 +34,25 @@ trap 'exit 1' USR2
 sleep infinity &
 wait
 """
+
+# The batch script of a pool without root: the same holder, and one step with a task per node that runs its node's
+# container (jobs.runtime.slurm_step): each task waits for the start script the console writes into its worker's
+# folder once the worker is prepared, found by the node's Slurm name below the job's folder (TC_JOB_DIR), and runs
+# it until the container ends; then it waits again, for an auto restart's next attempt on the same allocation.
+STEP_SCRIPT = """#!/bin/bash
+# Holds the allocation while the training console runs this job; its step runs the job's containers.
+trap 'exit 0' USR1
+trap 'exit 1' USR2
+srun --kill-on-bad-exit=0 bash -c '
+    while :; do
+        for start in "$TC_JOB_DIR"/worker-*/"start-$SLURMD_NODENAME"; do
+            [ -f "$start" ] && bash "$start"
+        done
+        sleep 0.2
+    done' &
+sleep infinity &
+wait $!
+"""
 COMPLETED_SIGNAL = "SIGUSR1"
 FAILED_SIGNAL = "SIGUSR2"
 
@@ -44,7 +63,8 @@ JOB_NAME_PREFIX = "tc-"
 
 
 def batch_request(job: JobValues, pool: PoolValues, script: str, *, name: str, account: str = "", qos: str = "",
-                  time_limit_minutes: int | None = None, working_dir: str = "/tmp") -> SubmitRequest:
+                  time_limit_minutes: int | None = None, working_dir: str = "/tmp", job_folder: str = "") -> SubmitRequest:
+    """`job_folder`: where the job's workers' folders are on the nodes, for the step of STEP_SCRIPT."""
     description: JobDescription = {
         "name": name,
         "partition": pool.partition,
@@ -56,7 +76,8 @@ def batch_request(job: JobValues, pool: PoolValues, script: str, *, name: str, a
         # A preempted or node-failed job goes back to the queue as the same Slurm job: its next attempt.
         "requeue": True,
         "current_working_directory": working_dir,
-        "environment": {"PATH": SCRIPT_PATH, "TC_JOB_ID": str(job.job_id)},
+        "environment": {"PATH": SCRIPT_PATH, "TC_JOB_ID": str(job.job_id),
+                        **({"TC_JOB_DIR": job_folder} if job_folder else {})},
         "standard_output": "/dev/null",
     }
     if job.spec.gpu_count:

@@ -207,8 +207,10 @@ def test_the_command_brings_up_a_slurm_pool_the_console_can_use_and_down_removes
     try:
         call_command("localslurm", "up", nodes=1, stdout=open(os.devnull, "w"))
         pool = ResourcePool.objects.get(name="slurm")
-        assert (pool.backend, pool.slurm_partition, pool.slurm_root_ssh) == ("slurm", "batch", True)
-        assert list(Node.objects.filter(pool=pool).values_list("name", "address")) == [("slurm-0", f"10.85.{RUN_ID}.10")]
+        # Without root, as a site's pool: its node is reached as the Slurm user.
+        assert (pool.backend, pool.slurm_partition, pool.slurm_root_ssh) == ("slurm", "batch", False)
+        assert list(Node.objects.filter(pool=pool).values_list("name", "address", "ssh_user")) == [
+            ("slurm-0", f"10.85.{RUN_ID}.10", "ma-user")]
         assert check_pool(pool.pk) == "reachable: Slurm 22.05.8, REST API v0.0.38"
     finally:
         call_command("localslurm", "down", stdout=open(os.devnull, "w"))

@@ -1,7 +1,9 @@
 """Jobs of a Slurm pool, end to end: a real Slurm (jobs.localslurm) allocates the local cluster's two nodes, the
 console launches on the nodes it gave, Celery beat's watch sees what Slurm does, and Slurm's accounting agrees
-with the console's ending. Slurm runs on the same nodes as the console's own tests (their images are there
-already); for each test the nodes move into the Slurm pool, so the console's allocator never has them."""
+with the console's ending. Slurm runs on the same nodes as the console's own tests; for each test the nodes move
+into the Slurm pool, so the console's allocator never has them. The pool runs without root, as a Slurm site's
+does: the console logs in as the Slurm user only (each test reads the nodes' sshd logs for any root login), and
+the batch job's step runs the containers with that user's rootless Podman; one test runs the root option."""
 
 import base64
 import ipaddress
@@ -24,7 +26,7 @@ from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
 from jobs.slurm.states import Phase, phase_of
 from tests.conftest import CLUSTER_OPTIONS, LOCAL_CLUSTER_DIR, RUN_ID, TEST_OUTPUT, web_server_env
-from tests.integration.helpers import log_text, processes_of_job_on_node, submit_program, wait_for
+from tests.integration.helpers import log_text, submit_program, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,18 +61,50 @@ def slurm_site(redis_url, celery_worker, local_cluster, tmp_path_factory):
         (TEST_OUTPUT / f"slurm-beat-{RUN_ID}.log").write_bytes((beat_dir / "beat.log").read_bytes())
 
 
-@pytest.fixture
-def slurm_pool(console, slurm_site):
+def make_pool(console, slurm_site, *, root_ssh: bool) -> ResourcePool:
     slurm = slurm_site["slurm"]
     pool = ResourcePool(name="slurm", kind=ResourcePool.Kind.DEDICATED, backend=ResourcePool.Backend.SLURM,
                         slurm_url=slurm.rest_url, slurm_partition=slurm.partition, slurm_user=USER,
-                        slurm_account="console", slurm_root_ssh=True,
+                        slurm_account="console", slurm_root_ssh=root_ssh,
                         # As an administrator gives it: the cluster's key, from which the console makes tokens.
                         sealed_slurm_jwt_key=seal_secret(base64.b64encode(localslurm.jwt_key(slurm.state_dir)).decode()))
     pool.full_clean()
     pool.save()
-    Node.objects.filter(pk__in=[node.pk for node in console["nodes"]]).update(pool=pool)
+    for node, local in zip(console["nodes"], console["cluster"], strict=True):
+        node.pool = pool
+        if not root_ssh:
+            # As a site registers them: the Slurm user and its key, which the nodes let in (root's is not used).
+            login = localcluster.user_login(LOCAL_CLUSTER_DIR, local)
+            node.ssh_user, node.private_key = login.ssh_user, login.private_key_path.read_text()
+        node.save()
     return pool
+
+
+def sshd_logs() -> dict[Path, int]:
+    return {log: log.stat().st_size for log in sorted(LOCAL_CLUSTER_DIR.glob("nodes/*/sshd.log"))}
+
+
+def logins_since(sizes: dict[Path, int]) -> list[str]:
+    lines = []
+    for log, size in sizes.items():
+        with open(log, "rb") as handle:
+            handle.seek(size)
+            lines += [line for line in handle.read().decode(errors="replace").splitlines() if "Accepted publickey" in line]
+    return lines
+
+
+@pytest.fixture
+def slurm_pool(console, slurm_site):
+    """The Slurm pool without root; after the test, the nodes' sshd logs show the Slurm user's logins only."""
+    before = sshd_logs()
+    yield make_pool(console, slurm_site, root_ssh=False)
+    logins = logins_since(before)
+    assert not [line for line in logins if " for root " in line], f"a root login reached a node: {logins}"
+
+
+@pytest.fixture
+def root_slurm_pool(console, slurm_site):
+    return make_pool(console, slurm_site, root_ssh=True)
 
 
 def rest_of(slurm_site) -> SlurmRest:
@@ -91,9 +125,22 @@ def wait_until(what: str, check, timeout: float = WAIT_S):
     return found
 
 
+def processes_of(job: TrainingJob) -> list[int]:
+    """The job's processes (its containers' and theirs), found from this machine: the nodes share its processes,
+    and logging in to look would be a root login on them."""
+    marker = f"{job.dns_name}-worker-".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "environ").read_bytes() or marker in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 def no_container_left(slurm_site, job: TrainingJob) -> None:
-    for local in slurm_site["nodes"]:
-        assert processes_of_job_on_node(local, job) == [], f"{local.name} still runs something of {job.name}"
+    assert processes_of(job) == [], f"something of {job.name} still runs"
 
 
 def test_a_slurm_pools_check_says_which_slurm_answers(slurm_pool):
@@ -132,6 +179,15 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
     assert "Slurm partition batch" in browser.get("/capacity").content.decode()
 
 
+def test_a_pool_given_root_ssh_by_its_administrator_runs_its_containers_as_root_and_completes(
+        api, root_slurm_pool, slurm_site):
+    job = submit_program(api, "numbered.py", pool="slurm", parameters=[{"name": "count", "value": "5"}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
+    assert job.log_lines.filter(text__startswith="SEQ ").count() == 2 * 2 * 5
+    wait_until("Slurm records the job COMPLETED", lambda: slurm_state(slurm_site, job.slurm_job_id) == "COMPLETED")
+    no_container_left(slurm_site, job)
+
+
 # MindSpore's example also trained through a Slurm pool, but its CPU build's rank 0 sometimes segfaults in its
 # own teardown after the last step (seen in the console's own pools too): it is left out here so that this
 # module says only what a Slurm pool does.
@@ -164,6 +220,9 @@ def running_long_job(api) -> TrainingJob:
 
 def test_a_scancel_from_outside_ends_a_running_job_terminated_saying_slurm_cancelled_it(api, slurm_pool, slurm_site):
     job = running_long_job(api)
+    # Started by the Slurm job's step, the containers' processes live in its cgroups, which hold and account them.
+    cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in processes_of(job)]
+    assert cgroups and all(f"/job_{job.slurm_job_id}/step_0/" in text for text in cgroups), cgroups
     subprocess.run(["scancel", str(job.slurm_job_id)], env=localslurm.tool_env(slurm_site["slurm"].conf), check=True)
     job = wait_for(job, [JobStatus.TERMINATED], timeout=WAIT_S)
     assert job.stop_reason == StopReason.SLURM

@@ -15,7 +15,7 @@ from jobs.runtime.ssh import NodeError
 from jobs.runtime.ssh_output import STDERR, STDOUT
 
 WORKER_0 = SimpleNamespace(index=0, node="node-a as root", workdir="/var/lib/jobs/job-1-worker-0",
-                           container_name="job-1-worker-0", env={"MA_NUM_HOSTS": "2", "SECRET_TOKEN": "s3cret"})
+                           container_name="job-1-worker-0", rootless=False, env={"MA_NUM_HOSTS": "2", "SECRET_TOKEN": "s3cret"})
 PLAN = SimpleNamespace(job_id=1, rank_workers=(0, 1), workers=[WORKER_0], working_dir="/w", user="ma-user",
                        argv=["mpirun", "python", "x.py"])
 STDOUT_BYTES = b"[1,0]<stdout>:first line\n[1,1]<stdout>:sec" + "ond ✓ line\n[1,0]<stdout>:third\n".encode()

@@ -51,7 +51,6 @@ def test_saving_the_pool_again_without_a_secret_keeps_the_saved_one(admin_client
 @pytest.mark.parametrize(("change", "error"), [
     ({"slurm_url": ""}, "A Slurm pool needs slurmrestd&#x27;s address."),
     ({"slurm_partition": "", "slurm_user": ""}, "A Slurm pool needs the partition, the Slurm user."),
-    ({"slurm_root_ssh": ""}, "tick this to accept it"),
     ({"slurm_jwt_key": "not base64!"}, "This is not base64."),
     ({"slurm_jwt_key": base64.b64encode(b"short").decode()}, "Slurm&#x27;s are 32 bytes or more"),
 ])
@@ -60,6 +59,15 @@ def test_an_incomplete_slurm_pool_is_refused_saying_what_is_missing(admin_client
     assert answer.status_code == 200
     assert error in answer.content.decode()
     assert not ResourcePool.objects.filter(name="gpu-slurm").exists()
+
+
+def test_a_slurm_pool_without_root_ssh_is_saved_and_its_page_says_the_console_logs_in_as_the_slurm_user(admin_client):
+    answer = admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN, "slurm_root_ssh": ""})
+    assert answer.status_code == 302
+    pool = ResourcePool.objects.get(name="gpu-slurm")
+    assert not pool.slurm_root_ssh
+    page = admin_client.get(f"/admin/jobs/resourcepool/{pool.pk}/change/").content.decode()
+    assert "as the Slurm user svc-console, never as root" in page
 
 
 def test_a_slurm_pool_needs_a_token_or_a_key(admin_client):

@@ -28,7 +28,8 @@ def test_a_child_that_crashes_is_started_again_after_a_pause_that_doubles_each_q
     for _ in range(7):
         wait_exited(child)
         supervisor.poll(now)
-        pauses.append(child.restart_at - now)
+        # restart_at is now + the pause: subtracting now back gives it to within a float's rounding.
+        pauses.append(round(child.restart_at - now, 6))
         first = child.process
         supervisor.poll(now + pauses[-1] - 0.01)
         assert child.process is first, "started again before its pause was over"

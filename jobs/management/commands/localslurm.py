@@ -29,13 +29,17 @@ def register(slurm: localslurm.LocalSlurm, made: list[localcluster.LocalNode], s
     """The Slurm pool and its nodes in the console, as `localcluster up` registers its nodes: jobs submitted to
     the pool run through this Slurm."""
     key = base64.b64encode(localslurm.jwt_key(slurm.state_dir)).decode()
+    # Without root, as a Slurm site's pool is: the nodes let the Slurm user in with a key of its own (the local
+    # cluster's nodes do so for their job user, so a Slurm user of another name is reached as root).
+    rootless = settings.LOCALSLURM_USER == localcluster.JOB_USER
     with transaction.atomic():
         pool, _ = ResourcePool.objects.update_or_create(name=POOL, defaults={
             "kind": ResourcePool.Kind.PUBLIC, "backend": ResourcePool.Backend.SLURM, "slurm_url": slurm.rest_url,
             "slurm_partition": slurm.partition, "slurm_user": settings.LOCALSLURM_USER, "slurm_account": "console",
-            "slurm_root_ssh": True, "sealed_slurm_jwt_key": seal_secret(key), "sealed_slurm_token": ""})
+            "slurm_root_ssh": not rootless, "sealed_slurm_jwt_key": seal_secret(key), "sealed_slurm_token": ""})
         spec = local_spec(slots)
-        for index, local in enumerate(made):
+        for index, made_node in enumerate(made):
+            local = localcluster.user_login(cluster_dir(), made_node) if rootless else made_node
             node, _ = Node.objects.get_or_create(name=slurm_node_name(index),
                                                  defaults={"address": local.address, "spec": spec})
             node.address, node.ssh_port, node.ssh_user = local.address, local.ssh_port, local.ssh_user

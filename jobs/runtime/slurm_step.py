@@ -1,0 +1,91 @@
+"""A worker's container on a node of a Slurm pool without root: started by the Slurm job's own step.
+
+The batch script (jobs.slurm.batch.STEP_SCRIPT) runs one `srun` task per node, which waits for its node's start
+script in the job's folder and runs it. The console, logged in as the Slurm user, prepares the worker as on any
+node, then writes that script: it starts the container with the user's rootless Podman, waits on it, and removes it
+on SIGTERM. So the container's cgroups are made below the step's (Slurm's memory and CPU limits hold it, its CPU
+time is the job's), and a `scancel`, a preemption or a time limit ends it, which Slurm's proctrack alone would not
+do on these cgroups (it signals the step's own processes, not the container's, below them).
+"""
+
+import asyncio
+import shlex
+
+import asyncssh
+
+from jobs.launch.plan import JobPlan, WorkerPlan
+from jobs.runtime.containers import run_argv
+from jobs.runtime.ssh import NodeError, run_checked
+
+# How long the step may take to start a prepared worker's container (the image is in the user's store by then;
+# the first start on a node makes the user's Podman's own state, 25 s measured on a busy machine).
+START_SECONDS = 120.0
+POLL_SECONDS = 0.5
+# What the user's Podman reads from the login's environment (the node's settings): the step gets them too.
+PODMAN_VARIABLES = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "XDG_RUNTIME_DIR")
+
+# Writes the start script (stdin) at $1, whole or not at all, after the login's Podman settings: a value with a
+# quote in it is left out rather than quoted (these are a site's paths).
+WRITE_SCRIPT = r"""umask 077
+file=$1
+{
+    echo '#!/bin/bash'
+    for name in """ + " ".join(PODMAN_VARIABLES) + r"""; do
+        eval "value=\${$name-}"
+        case $value in ""|*"'"*) continue ;; esac
+        printf "export %s='%s'\n" "$name" "$value"
+    done
+    cat
+} >"$file.new" && mv "$file.new" "$file"
+"""
+
+# What the poll prints: "failed" and the start's output, or the container's state ("absent" before the step ran it).
+POLL_SCRIPT = """if [ -e "$2/start.failed" ]; then echo failed; tail -c 2000 "$2/start.log"; exit 0; fi
+podman container inspect --format '{{.State.Status}}' "$1" 2>/dev/null || echo absent"""
+
+
+def start_path(worker: WorkerPlan) -> str:
+    """Where the step's task on the worker's node looks for its start script (jobs.slurm.batch.STEP_SCRIPT)."""
+    return f"{worker.workdir}/start-{worker.node.label}"
+
+
+def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
+    """The body of the start script (the step's task runs it with bash, as the Slurm user)."""
+    name = shlex.quote(worker.container_name)
+    workdir = shlex.quote(worker.workdir)
+    return "\n".join([
+        # Once read, it is gone: an attempt that follows finds only its own.
+        'rm -f -- "$0"',
+        # SIGTERM is how Slurm ends a step (scancel, preemption, time limit): the container goes with it.
+        f"trap 'podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; exit 143' TERM INT",
+        f"if ! {shlex.join(run_argv(plan, worker))} >{workdir}/start.log 2>&1; then",
+        f"    : >{workdir}/start.failed",
+        "    exit 1",
+        "fi",
+        # In the background, so that the trap runs as soon as the signal comes, not when the wait returns.
+        f"podman wait {name} >/dev/null 2>&1 &",
+        "wait $!",
+        "",
+    ])
+
+
+async def start_in_step(connection: asyncssh.SSHClientConnection, plan: JobPlan, worker: WorkerPlan) -> None:
+    """Hand the worker's container to the Slurm job's step on its node and wait until it runs."""
+    label = worker.node.label
+    await run_checked(connection, label, "handing the container to the Slurm job's step",
+                      ["sh", "-c", WRITE_SCRIPT, "sh", start_path(worker)], input_text=start_script(plan, worker))
+    deadline = asyncio.get_running_loop().time() + START_SECONDS
+    while True:
+        answer = (await run_checked(connection, label, "looking at the container the step starts",
+                                    ["sh", "-c", POLL_SCRIPT, "sh", worker.container_name, worker.workdir])).strip()
+        state, _, detail = answer.partition("\n")
+        if state == "running":
+            return
+        if state == "failed":
+            raise NodeError(label, "starting the container in the Slurm job's step", detail.strip() or "podman run failed")
+        if state in ("exited", "stopped"):
+            raise NodeError(label, "starting the container in the Slurm job's step", "the container ended at once")
+        if asyncio.get_running_loop().time() > deadline:
+            raise NodeError(label, "starting the container in the Slurm job's step",
+                            f"the step did not start it within {START_SECONDS:.0f} s (is the Slurm job's srun step running?)")
+        await asyncio.sleep(POLL_SECONDS)
