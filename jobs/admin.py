@@ -131,12 +131,14 @@ class ResourcePoolAdminForm(forms.ModelForm):
     def clean(self):
         cleaned = super().clean() or {}
         pool = self.instance
-        moved = [field for field in ("backend", "slurm_url", "slurm_partition", "slurm_user")
+        moved = [field for field in ("backend", "slurm_url", "slurm_partition", "slurm_user", "slurm_root_ssh")
                  if pool.pk and field in cleaned and cleaned[field] != getattr(pool, field)]
         if moved and TrainingJob.objects.filter(pool=pool, slurm_job_id__isnull=False, slurm_released=False).exists():
-            # Their Slurm jobs would never be given back, nor their queued ones looked at where they are.
+            # Their Slurm jobs would never be given back, nor their queued ones looked at where they are; and a batch
+            # job submitted for one way of reaching the nodes cannot serve the other (only STEP_SCRIPT starts
+            # containers).
             raise forms.ValidationError(_("This pool's jobs hold Slurm jobs: its backend, slurmrestd's address, "
-                                          "partition and Slurm user can change once they have ended."))
+                                          "partition, Slurm user and root SSH can change once they have ended."))
         if cleaned.get("backend") == ResourcePool.Backend.SLURM and not (
                 cleaned.get("slurm_token") or cleaned.get("slurm_jwt_key") or self.instance.sealed_slurm_token
                 or self.instance.sealed_slurm_jwt_key):

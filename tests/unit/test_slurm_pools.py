@@ -70,6 +70,19 @@ def test_a_slurm_pool_without_root_ssh_is_saved_and_its_page_says_the_console_lo
     assert "as the Slurm user svc-console, never as root" in page
 
 
+def test_the_way_to_the_nodes_does_not_change_under_a_job_that_holds_a_slurm_job(admin_client, make_job):
+    admin_client.post("/admin/jobs/resourcepool/add/", {**FIELDS, "slurm_token": TOKEN})
+    pool = ResourcePool.objects.get(name="gpu-slurm")
+    job = make_job(name="holds")
+    TrainingJob.objects.filter(pk=job.pk).update(pool=pool, slurm_job_id=41)
+    # Its batch job was submitted for root SSH: it would never start the containers a pool without root awaits.
+    answer = admin_client.post(f"/admin/jobs/resourcepool/{pool.pk}/change/", {**FIELDS, "slurm_root_ssh": ""})
+    assert answer.status_code == 200
+    assert "Slurm user and root SSH can change once they have ended" in answer.content.decode()
+    pool.refresh_from_db()
+    assert pool.slurm_root_ssh
+
+
 def test_a_slurm_pool_needs_a_token_or_a_key(admin_client):
     answer = admin_client.post("/admin/jobs/resourcepool/add/", FIELDS)
     assert "A Slurm pool needs a token or the cluster&#x27;s JWT key." in answer.content.decode()
