@@ -19,7 +19,8 @@ distinct uids (a user namespace per job is the next step, see README).
 On a node of a Slurm pool without root (WorkerPlan.rootless) the same container is the Slurm user's rootless
 Podman's: uid 1000 inside is one of that user's subordinate ids outside, the container's root is the user, and
 the limits are Slurm's cgroups of the job's step, which the container's are made below (Podman cannot set
-them itself without root on these cgroups): `--cpus`, `--memory` and `--pids-limit` are left out there.
+them itself without root on these cgroups): `--cpus`, `--memory` and `--pids-limit` are left out there, and the
+job's uid gets the same number of processes and threads as its RLIMIT_NPROC.
 """
 
 import shlex
@@ -64,6 +65,9 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     if not worker.rootless:
         argv += ["--cpus", str(limits.cpus), "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
                  "--pids-limit", str(limits.pids)]
+    else:
+        # Slurm's cgroups (v1) count no PIDs: the job's uid gets as many processes and threads as a rlimit instead.
+        argv += ["--ulimit", f"nproc={limits.pids}:{limits.pids}"]
     argv += ["--shm-size", str(limits.shm_bytes),
              "--user", f"{JOB_UID}:{JOB_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
              "--security-opt", f"seccomp={seccomp_path(worker)}",

@@ -20,7 +20,7 @@ from jobs import localcluster, localslurm
 from jobs.allocation import waiting_reason
 from jobs.backends.slurm import check_pool
 from jobs.code_dirs.service import register_examples
-from jobs.images.recipes import HOROVOD
+from jobs.images.recipes import HOROVOD, MINDSPORE
 from jobs.models import Engine, EngineVersion, JobStatus, Node, ResourcePool, StopReason, TrainingJob
 from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
@@ -188,13 +188,11 @@ def test_a_pool_given_root_ssh_by_its_administrator_runs_its_containers_as_root_
     no_container_left(slurm_site, job)
 
 
-# MindSpore's example also trained through a Slurm pool, but its CPU build's rank 0 sometimes segfaults in its
-# own teardown after the last step (seen in the console's own pools too): it is left out here so that this
-# module says only what a Slurm pool does.
-@pytest.mark.parametrize(("engine", "recipe", "code_dir"), [("Horovod", HOROVOD, "horovod-train")])
-def test_the_horovod_example_trains_on_the_two_nodes_slurm_gave(
-        api, slurm_pool, slurm_site, request, engine, recipe, code_dir):
-    image = request.getfixturevalue("horovod_image")
+@pytest.mark.parametrize(("engine", "recipe", "code_dir", "image_fixture"), [
+    ("Horovod", HOROVOD, "horovod-train", "horovod_image"), ("MindSpore-GPU", MINDSPORE, "mindspore-train", "mindspore_image")])
+def test_an_engines_example_trains_on_the_two_nodes_slurm_gave(
+        api, slurm_pool, slurm_site, request, engine, recipe, code_dir, image_fixture):
+    image = request.getfixturevalue(image_fixture)
     version = EngineVersion.objects.create(engine=Engine.objects.create(name=engine), version=recipe.version,
                                            image=image, python=recipe.python)
     register_examples()
@@ -202,11 +200,16 @@ def test_the_horovod_example_trains_on_the_two_nodes_slurm_gave(
             "code_dir": code_dir, "boot_file": "train.py", "parameters": [{"name": "steps", "value": "3"}]}
     response = api.post("/api/v1/training-jobs", body, format="json")
     assert response.status_code == 201, response.content
-    job = wait_for(TrainingJob.objects.get(pk=response.json()["id"]), [JobStatus.COMPLETED], timeout=WAIT_S * 3)
+    job = wait_for(TrainingJob.objects.get(pk=response.json()["id"]), [JobStatus.COMPLETED], timeout=WAIT_S * 4)
     assert job.slurm_job_id and sorted(job.workers.values_list("node_name", flat=True)) == ["node-0", "node-1"]
-    ranks = {line.rank for line in job.log_lines.filter(rank__isnull=False, text__contains="checksum")}
-    assert ranks == {0, 1, 2, 3}, f"each of the 4 ranks prints its checksum: {ranks}"
+    checksums = {line.rank: line.text.rsplit(" ", 1)[1]
+                 for line in job.log_lines.filter(rank__isnull=False, text__contains="final weights checksum")}
+    assert sorted(checksums) == [0, 1, 2, 3], f"each of the 4 ranks prints its checksum: {checksums}"
+    assert len(set(checksums.values())) == 1, f"the ranks trained one model: {checksums}"
     wait_until("Slurm records the job COMPLETED", lambda: slurm_state(slurm_site, job.slurm_job_id) == "COMPLETED")
+    browser = Client()
+    browser.force_login(job.owner)
+    assert browser.get(f"/jobs/{job.pk}").status_code == 200
 
 
 def running_long_job(api) -> TrainingJob:

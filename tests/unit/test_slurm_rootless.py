@@ -43,6 +43,8 @@ def test_a_worker_of_a_pool_without_root_works_in_the_slurm_users_folder_with_sl
     argv = run_argv(plan, worker)
     assert not {"--cpus", "--memory", "--memory-swap", "--pids-limit"} & set(argv), "Slurm's cgroups hold the limits"
     assert {"--shm-size", "--cap-drop", "--user"} <= set(argv) and "no-new-privileges" in argv
+    # What --pids-limit gave: Slurm's cgroups count no processes, the job's uid's rlimit does.
+    assert argv[argv.index("--ulimit") + 1] == f"nproc={plan.limits.pids}:{plan.limits.pids}"
     assert as_node_root(worker, ["sh", "x"]) == ["podman", "unshare", "sh", "x"]
 
 
