@@ -186,16 +186,21 @@ def _user_owned(folder: Path) -> None:
             continue
         path = Path(entry.pw_dir) / part
         path.mkdir(mode=0o700, exist_ok=True)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+        # Root works in the user's home here: it follows no link the user could have put in its way.
+        if path.is_symlink():
+            raise RuntimeError(f"{path} is a link: refusing to work through it as root")
+        os.lchown(path, entry.pw_uid, entry.pw_gid)
 
 
 def _ensure_node_user_folder(folder: Path) -> None:
     _user_owned(folder / "run")
     conf = folder / "storage.conf"
+    if conf.is_symlink():
+        raise RuntimeError(f"{conf} is a link: refusing to write through it as root")
     # Rootless Podman reads rootless_storage_path, not graphroot; its runroot follows XDG_RUNTIME_DIR.
     conf.write_text(_storage_conf(folder) + f'rootless_storage_path = "{folder / "containers" / "storage"}"\n')
     entry = pwd.getpwnam(JOB_USER)
-    os.chown(conf, entry.pw_uid, entry.pw_gid)
+    os.lchown(conf, entry.pw_uid, entry.pw_gid)
 
 
 def _storage_conf(ndir: Path) -> str:
@@ -311,9 +316,11 @@ def up(state_dir: Path, nodes: int, *, subnet: str = "10.77.0.0/24", bridge: str
         user_pub = _keygen(state_dir / "user_id_ed25519", "localcluster-user")
         users_folder = user_folder(state_dir, "-").parent
         _user_owned(users_folder)
+        if (users_folder / "authorized_keys").is_symlink():
+            raise RuntimeError(f"{users_folder / 'authorized_keys'} is a link: refusing to write through it as root")
         (users_folder / "authorized_keys").write_text(user_pub + "\n")
         os.chmod(users_folder / "authorized_keys", 0o600)
-        os.chown(users_folder / "authorized_keys", pwd.getpwnam(JOB_USER).pw_uid, pwd.getpwnam(JOB_USER).pw_gid)
+        os.lchown(users_folder / "authorized_keys", pwd.getpwnam(JOB_USER).pw_uid, pwd.getpwnam(JOB_USER).pw_gid)
         if not _link_exists(bridge):
             _run("ip", "link", "add", "name", bridge, "type", "bridge")
         _run("ip", "addr", "replace", f"{gateway}/{net.prefixlen}", "dev", bridge)

@@ -174,6 +174,9 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
     connection = await connect(worker.node)
     async with connection:
         if worker.rootless:
+            if worker.node.username == "root":
+                raise NodeError(label, "logging in", "this node of a Slurm pool without root is registered with root's "
+                                "login: register it with the pool's Slurm user and that user's key")
             await own_work_root(connection, label, worker.work_root)
         with tempfile.TemporaryDirectory() as scratch:
             bundle = Path(scratch) / "bundle.tar"

@@ -21,6 +21,16 @@ from jobs.runtime.ssh import NodeError, run_checked
 # the first start on a node makes the user's Podman's own state, 25 s measured on a busy machine).
 START_SECONDS = 120.0
 POLL_SECONDS = 0.5
+# On SIGTERM the container stays this long for the console to end it itself (its ranks given their notice): Slurm
+# sends it to a step as a preemption's grace begins, not only at the end. Within KillWait (30 s by default), after
+# which Slurm kills the step and would leave the container (its cgroups are below the step's, out of its reach).
+HOLD_AT_MOST_SECONDS = 25
+HOLD_AFTER_GRACE_SECONDS = 10
+
+
+def hold_seconds(plan: JobPlan) -> int:
+    """How long a SIGTERM leaves the container to the console: the job's checkpoint grace and its teardown."""
+    return min(plan.checkpoint_grace_seconds + HOLD_AFTER_GRACE_SECONDS, HOLD_AT_MOST_SECONDS)
 # What the user's Podman reads from the login's environment (the node's settings): the step gets them too.
 PODMAN_VARIABLES = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "XDG_RUNTIME_DIR")
 
@@ -28,6 +38,7 @@ PODMAN_VARIABLES = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_RE
 # quote in it is left out rather than quoted (these are a site's paths).
 WRITE_SCRIPT = r"""umask 077
 file=$1
+rm -f -- "${file%/*}/start.failed" "${file%/*}/start.log"
 {
     echo '#!/bin/bash'
     for name in """ + " ".join(PODMAN_VARIABLES) + r"""; do
@@ -56,8 +67,14 @@ def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
     return "\n".join([
         # Once read, it is gone: an attempt that follows finds only its own.
         'rm -f -- "$0"',
-        # SIGTERM is how Slurm ends a step (scancel, preemption, time limit): the container goes with it.
-        f"trap 'podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; exit 143' TERM INT",
+        # SIGTERM is how Slurm ends a step (scancel, time limit, and a preemption as its grace begins): the console,
+        # which sees the same within a watch, ends the container itself after its ranks' notice; what it has not
+        # ended within the hold goes here. SIGUSR1/2 come only once the console is done (the job's end): at once.
+        f"end() {{ podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; exit 143; }}",
+        f"hold() {{ tries=0; while [ $tries -lt {2 * hold_seconds(plan)} ] && podman container exists {name}; do "
+        "tries=$((tries + 1)); sleep 0.5; done; end; }",
+        "trap hold TERM",
+        "trap end INT USR1 USR2",
         f"if ! {shlex.join(run_argv(plan, worker))} >{workdir}/start.log 2>&1; then",
         f"    : >{workdir}/start.failed",
         "    exit 1",

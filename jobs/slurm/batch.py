@@ -44,9 +44,15 @@ STEP_SCRIPT = """#!/bin/bash
 trap 'exit 0' USR1
 trap 'exit 1' USR2
 srun --kill-on-bad-exit=0 bash -c '
-    while :; do
+    # SIGTERM (a scancel, a time limit, the start of a preemption grace) reaches the start script too, which keeps
+    # its container for the console a while: this task waits for it, or Slurm would kill it with the task.
+    trap "stopping=1" TERM
+    while [ -z "${stopping-}" ]; do
         for start in "$TC_JOB_DIR"/worker-*/"start-$SLURMD_NODENAME"; do
-            [ -f "$start" ] && bash "$start"
+            [ -f "$start" ] || continue
+            bash "$start" &
+            child=$!
+            while kill -0 "$child" 2>/dev/null; do wait "$child"; done
         done
         sleep 0.2
     done' &

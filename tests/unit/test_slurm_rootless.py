@@ -65,30 +65,72 @@ def test_the_batch_job_of_a_pool_without_root_tells_its_step_where_the_jobs_fold
     assert start_path(plan.workers[1]) == f"{plan.workers[1].workdir}/start-gpu-1"
 
 
-def test_the_start_script_starts_the_container_waits_on_it_and_removes_it_when_slurm_ends_the_step(make_job, tmp_path):
-    _job, plan = planned(make_job, root_ssh=False)
-    worker = plan.workers[0]
-    script = start_script(plan, worker)
-    assert script.startswith('rm -f -- "$0"\n')
-    assert f"trap 'podman rm --force --ignore --time 2 {worker.container_name} >/dev/null 2>&1; exit 143' TERM" in script
-    assert "podman run --detach" in script and f"podman wait {worker.container_name}" in script
-    # Run for real with a podman that records what it is asked: a SIGTERM (Slurm's end of the step) removes it.
+def run_start_script(tmp_path, plan, worker, *, exists_for: int, signal: str) -> tuple[int, list[str], float]:
+    """The start script, run for real against a podman that records what it is asked (its container "exists" the
+    first `exists_for` times asked), sent `signal` once it waits on the container."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    (bin_dir / "podman").write_text(f'#!/bin/sh\necho "$1" >> {calls}\n[ "$1" = wait ] && exec sleep 30\nexit 0\n')
+    calls, count = tmp_path / "calls", tmp_path / "count"
+    (bin_dir / "podman").write_text(f"""#!/bin/sh
+echo "$1" >> {calls}
+case "$1" in
+wait) exec sleep 30 ;;
+container) n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}; [ "$n" -lt {exists_for} ] ;;
+*) exit 0 ;;
+esac
+""")
     (bin_dir / "podman").chmod(0o755)
     runnable = tmp_path / "start"
-    runnable.write_text(script.replace(worker.workdir, str(tmp_path)))
+    runnable.write_text(start_script(plan, worker).replace(worker.workdir, str(tmp_path)))
     process = subprocess.Popen(["bash", str(runnable)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     for _ in range(100):
         if calls.exists() and "wait" in calls.read_text():
             break
         time.sleep(0.05)
-    process.terminate()
-    assert process.wait(timeout=10) == 143
-    assert calls.read_text().split() == ["run", "wait", "rm"]
+    sent = time.monotonic()
+    process.send_signal(signal)
+    code = process.wait(timeout=30)
     assert not runnable.exists(), "read once, then gone: the next attempt finds only its own"
+    return code, calls.read_text().split(), time.monotonic() - sent
+
+
+def test_slurms_sigterm_leaves_the_container_to_the_console_a_while_then_removes_it(make_job, tmp_path):
+    import signal
+
+    _job, plan = planned(make_job, root_ssh=False)
+    worker = plan.workers[0]
+    script = start_script(plan, worker)
+    assert script.startswith('rm -f -- "$0"\n') and "podman run --detach" in script
+    # A preemption's grace begins with SIGTERM to the step: the console ends the container after its ranks' notice
+    # (here it is gone at the third look), and only then does the script go.
+    code, calls, took = run_start_script(tmp_path, plan, worker, exists_for=2, signal=signal.SIGTERM)
+    assert code == 143 and calls == ["run", "wait", "container", "container", "container", "rm"]
+    assert took >= 1.0
+
+
+def test_the_jobs_end_removes_what_the_console_left_at_once(make_job, tmp_path):
+    import signal
+
+    _job, plan = planned(make_job, root_ssh=False)
+    code, calls, took = run_start_script(tmp_path, plan, plan.workers[0], exists_for=100, signal=signal.SIGUSR1)
+    assert code == 143 and calls == ["run", "wait", "rm"] and took < 5
+
+
+def test_a_container_the_console_never_ends_is_removed_within_slurms_kill_wait(make_job):
+    job, _plan = planned(make_job, root_ssh=False)
+    from jobs.runtime.slurm_step import hold_seconds
+
+    job.checkpoint_grace_seconds = 8
+    assert hold_seconds(planned_with(job)) == 18
+    job.checkpoint_grace_seconds = 3600
+    assert hold_seconds(planned_with(job)) == 25, "Slurm's KillWait (30 s by default) would kill the step first"
+
+
+def planned_with(job):
+    workers = workers_launch_values(list(job.workers.order_by("index")))
+    keys = KeyPair("private", "public")
+    return plan_job(job.launch_values(), workers, work_root="/srv/jobs", user="ma-user", preferred_uid=1000,
+                    client_key=keys, host_key=keys)
 
 
 class FakeNode:
@@ -116,3 +158,26 @@ def test_the_console_waits_for_the_step_to_run_the_container_and_says_why_when_i
     monkeypatch.setattr("jobs.runtime.slurm_step.START_SECONDS", 0)
     with pytest.raises(NodeError, match="the step did not start it within 0 s"):
         asyncio.run(start_in_step(FakeNode(["absent"] * 3), plan, plan.workers[0]))
+
+
+@pytest.mark.parametrize("root_ssh", [False, True])
+def test_a_pool_without_root_submits_whole_nodes_and_its_step_and_one_with_root_ssh_the_holder(make_job, root_ssh):
+    import json
+
+    from jobs.backends.slurm import submit
+    from jobs.slurm.batch import HOLDER_SCRIPT
+    from tests.unit.test_slurm_client import client
+
+    job, _plan = planned(make_job, root_ssh=root_ssh)
+    job.pool = ResourcePool.objects.get(name="site")
+    job.save()
+    rest, fake = client({("POST", "/slurm/v0.0.38/job/submit"): (200, {"errors": [], "job_id": 42})})
+    submit(rest, job, None)
+    sent = json.loads(fake.requests[0].body)
+    if root_ssh:
+        assert sent["script"] == HOLDER_SCRIPT and "exclusive" not in sent["job"]
+        assert "TC_JOB_DIR" not in sent["job"]["environment"]
+    else:
+        # All its jobs are one Slurm user on the nodes, with no network policy between them: none shares a node.
+        assert sent["script"] == STEP_SCRIPT and sent["job"]["exclusive"] == "true"
+        assert sent["job"]["environment"]["TC_JOB_DIR"] == f"/var/tmp/training-console-svc-ml/{job.dns_name}"
