@@ -168,6 +168,9 @@ def slurm_conf(state_dir: Path, cluster: str, controller_address: str, ports: Po
         f"SlurmctldHost={socket.gethostname().split('.')[0]}({controller_address})",
         f"SlurmctldPort={ports.controller}",
         f"SlurmdPort={ports.node}",
+        # Job ids of its own (its ports are its own): nodes of several instances on one host share Slurm's cgroup
+        # folders (slurm_<node>/uid_<u>/job_<id>), which one instance's job 1 must not find made by another's.
+        f"FirstJobId={ports.controller * 100}",
         f"SlurmUser={SLURM_USER}",
         "AuthType=auth/munge",
         # cred_expire is also how long a requeued job waits before it may start again: 120 s by default.

@@ -304,9 +304,7 @@ def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
         # Without root, the batch job's own step runs the containers in the jobs' folder of the Slurm user.
         rootless = not pool.slurm_root_ssh
         folder = f"{settings.SLURM_WORK_ROOT.format(user=pool.slurm_user)}/{job.dns_name}" if rootless else ""
-        # Whole nodes without root: all its jobs are one Slurm user there, with no network policy of the console's
-        # between them, so a job shares its nodes with no other (as on the console's own pools).
-        slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition, exclusive=rootless),
+        slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition),
                                              STEP_SCRIPT if rootless else HOLDER_SCRIPT,
                                              name=console_job_name(job.pk), account=pool.slurm_account,
                                              time_limit_minutes=limit, job_folder=folder))

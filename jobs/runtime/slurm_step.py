@@ -70,18 +70,31 @@ def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
         # SIGTERM is how Slurm ends a step (scancel, time limit, and a preemption as its grace begins): the console,
         # which sees the same within a watch, ends the container itself after its ranks' notice; what it has not
         # ended within the hold goes here. SIGUSR1/2 come only once the console is done (the job's end): at once.
-        f"end() {{ podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; exit 143; }}",
+        # The container's cgroups (made by the user's runc below the step's) outlive it on cgroup v1: they are removed
+        # here once it has ended, or Slurm could not remove the step's and the job's, and a later job of that id on
+        # the node would fail.
+        # A cgroup whose last process is still exiting cannot be removed yet: a few tries.
+        'cleanup() { case "$cid" in *[!0-9a-f]*|"") return ;; esac; tries=0',
+        '    while [ $tries -lt 10 ]; do tries=$((tries + 1))',
+        '        left=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 9 -depth -type d -name "$cid" '
+        '-path "*/job_${SLURM_JOB_ID:-none}/*" 2>/dev/null)',
+        '        [ -z "$left" ] && return',
+        '        for folder in $left; do rmdir "$folder" 2>/dev/null; done; sleep 0.3',
+        '    done; }',
+        f"end() {{ podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; cleanup; exit 143; }}",
         f"hold() {{ tries=0; while [ $tries -lt {2 * hold_seconds(plan)} ] && podman container exists {name}; do "
         "tries=$((tries + 1)); sleep 0.5; done; end; }",
+        "cid=",
         "trap hold TERM",
         "trap end INT USR1 USR2",
-        f"if ! {shlex.join(run_argv(plan, worker))} >{workdir}/start.log 2>&1; then",
+        f"if ! cid=$({shlex.join(run_argv(plan, worker))} 2>{workdir}/start.log); then",
         f"    : >{workdir}/start.failed",
         "    exit 1",
         "fi",
         # In the background, so that the trap runs as soon as the signal comes, not when the wait returns.
         f"podman wait {name} >/dev/null 2>&1 &",
         "wait $!",
+        "cleanup",
         "",
     ])
 

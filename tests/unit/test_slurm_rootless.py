@@ -161,7 +161,7 @@ def test_the_console_waits_for_the_step_to_run_the_container_and_says_why_when_i
 
 
 @pytest.mark.parametrize("root_ssh", [False, True])
-def test_a_pool_without_root_submits_whole_nodes_and_its_step_and_one_with_root_ssh_the_holder(make_job, root_ssh):
+def test_a_pool_without_root_submits_its_step_and_one_with_root_ssh_the_holder(make_job, root_ssh):
     import json
 
     from jobs.backends.slurm import submit
@@ -178,6 +178,5 @@ def test_a_pool_without_root_submits_whole_nodes_and_its_step_and_one_with_root_
         assert sent["script"] == HOLDER_SCRIPT and "exclusive" not in sent["job"]
         assert "TC_JOB_DIR" not in sent["job"]["environment"]
     else:
-        # All its jobs are one Slurm user on the nodes, with no network policy between them: none shares a node.
-        assert sent["script"] == STEP_SCRIPT and sent["job"]["exclusive"] == "true"
+        assert sent["script"] == STEP_SCRIPT and "exclusive" not in sent["job"]
         assert sent["job"]["environment"]["TC_JOB_DIR"] == f"/var/tmp/training-console-svc-ml/{job.dns_name}"
