@@ -463,7 +463,7 @@ LOCALCLUSTER_PREFIX = env_str("LOCALCLUSTER_PREFIX", "tcnode", pattern=r"[A-Za-z
 SLURM_NOTICE_MARGIN_SECONDS = env_int("SLURM_NOTICE_MARGIN_SECONDS", 120, minimum=0)
 # Where the jobs' folders go on the nodes of a Slurm pool without root ({user}: its Slurm user): a disk of the node's
 # own (rootless Podman gives the job's files to the user's subordinate ids, which a network file system refuses);
-# the console makes the folder as that user and uses it only while it is that user's, mode 0700.
+# the console makes the folder as that user (mode 0711) and uses it only while it is that user's and no link.
 SLURM_WORK_ROOT = env_str("SLURM_WORK_ROOT", "/var/tmp/training-console-{user}", pattern=r"/[A-Za-z0-9_./-]*\{user\}[A-Za-z0-9_./-]*",
                           says="an absolute path naming {user} once (letters, digits, _ . / -)")
 # The local Slurm (`manage.py localslurm up`, `make run SLURM=1`): its daemons' folder, the subnet, bridge and

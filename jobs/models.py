@@ -148,6 +148,11 @@ class ResourcePool(models.Model):
             raise ValidationError(_("A Slurm pool needs %(missing)s.") % {"missing": ", ".join(str(m) for m in missing)})
 
     @property
+    def slurm_work_root(self) -> str:
+        """Where its jobs' folders go on its nodes when they are reached without root: the Slurm user's own."""
+        return settings.SLURM_WORK_ROOT.format(user=self.slurm_user)
+
+    @property
     def slurm_token(self) -> str:
         return open_secret(self.sealed_slurm_token) if self.sealed_slurm_token else ""
 
@@ -397,7 +402,7 @@ class Node(models.Model):
     def work_root(self) -> str:
         """Where jobs' folders go on this node when it is not the console's (NODE_WORK_ROOT is root's)."""
         pool = self.pool
-        return settings.SLURM_WORK_ROOT.format(user=pool.slurm_user) if pool and self.rootless else ""
+        return pool.slurm_work_root if pool and self.rootless else ""
 
     def ssh_target(self) -> SshTarget:
         """How the console reaches the node itself (as its administrator account, with the node's key)."""

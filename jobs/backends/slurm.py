@@ -303,7 +303,7 @@ def submit(rest: SlurmRest, job: TrainingJob, already: int | None) -> None:
         limit = job.auto_stop_hours * 60 if job.auto_stop_hours else None
         # Without root, the batch job's own step runs the containers in the jobs' folder of the Slurm user.
         rootless = not pool.slurm_root_ssh
-        folder = f"{settings.SLURM_WORK_ROOT.format(user=pool.slurm_user)}/{job.dns_name}" if rootless else ""
+        folder = f"{pool.slurm_work_root}/{job.dns_name}" if rootless else ""
         slurm_id = rest.submit(batch_request(job.launch_values(), PoolValues(pool.slurm_partition),
                                              STEP_SCRIPT if rootless else HOLDER_SCRIPT,
                                              name=console_job_name(job.pk), account=pool.slurm_account,

@@ -94,4 +94,9 @@ def run_command(plan: JobPlan, worker: WorkerPlan) -> str:
 def as_node_root(worker: WorkerPlan, argv: list[str]) -> list[str]:
     """argv as it runs with root's say over the worker's files: as root, or on a rootless node as the root of the
     Slurm user's own user namespace (`podman unshare`), where the job's uid 1000 is the one its container has."""
-    return ["podman", "unshare", *argv] if worker.rootless else argv
+    return node_root_argv(worker.rootless, argv)
+
+
+def node_root_argv(rootless: bool, argv: list[str]) -> list[str]:
+    """as_node_root for a node known by whether it is reached without root (the health check has no worker)."""
+    return ["podman", "unshare", *argv] if rootless else argv

@@ -23,6 +23,7 @@ from jobs.launch.network_policy import table_name
 from jobs.launch.plan import SshTarget
 from jobs.models import FINAL_STATES, LauncherDefaults, Node, Worker
 from jobs.node_facts import NodeFacts, parse_facts, socket_ifnames, spec_contradictions
+from jobs.runtime.containers import node_root_argv
 from jobs.runtime.network_policy import listed_tables, remove_tables
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect, host_key_line
@@ -249,13 +250,11 @@ async def remove_leftover_policies(targets: list[tuple[int, SshTarget]], leftove
 async def remove_leftovers(targets: list[tuple[int, SshTarget]], leftovers: dict[int, dict[str, str]],
                            rootless: Collection[int] = ()) -> None:
     async def one(node_id: int, target: SshTarget) -> None:
-        # As root, or as the root of the user's own namespace where the job's files are its subordinate ids'.
-        as_root = ["podman", "unshare"] if node_id in rootless else []
         try:
             connection = await connect(target)
             async with connection:
                 for name, workdir in leftovers[node_id].items():
-                    command = (shlex.join([*as_root, "sh", "-s", "--", workdir, name]) if workdir
+                    command = (shlex.join(node_root_argv(node_id in rootless, ["sh", "-s", "--", workdir, name])) if workdir
                                else shlex.join(["podman", "rm", "--force", "--time", "2", name]))
                     logger.info("%s: removing %s, left by an ended job", target.label, name)
                     await connection.run(command, input=STOP_SCRIPT if workdir else None, check=False,
