@@ -73,6 +73,15 @@ def print_job(job: dict, as_json: bool) -> None:
             ("engine", engine), ("code", f"{job.get('code_dir')} / {job.get('boot_file')}"),
             ("spec", f"{job.get('spec')} x {job.get('node_count')} node(s)"), ("exit code", job.get("exit_code")),
             ("waiting", job.get("waiting_reason")), ("command", job.get("command"))]
+    if job.get("held_until"):
+        rows.append(("held until", f"{job['held_until']}: its containers and nodes are kept for a look inside "
+                                   f"(tc shell {job['id']})"))
+    slurm = job.get("slurm") or {}
+    if slurm.get("job_id") is not None:
+        facts = [f"job {slurm['job_id']}", slurm.get("state") or "", slurm.get("reason") or ""]
+        accounting = slurm.get("accounting") or {}
+        facts += [f"{name} {accounting[name]}" for name in ("account", "qos") if accounting.get(name)]
+        rows.append(("slurm", ", ".join(fact for fact in facts if fact)))
     forecast = job.get("start_forecast") or {}
     if forecast.get("waiting"):
         rows.append(("may start", forecast.get("estimate")))

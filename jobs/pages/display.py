@@ -157,8 +157,11 @@ PATTERN_MESSAGES = (
     shape(gettext_noop("%(worker)s container %(container)s (%(host)s) is up, sshd on port %(port)s")),
     # Its data fetched before the start (jobs/runtime/data_in.py), its engine image brought (node_images.py), its
     # container removed at the end (run.py).
+    shape(gettext_noop("%(what)s: fetching 1 file, %(size)s, onto %(node)s")),
     shape(gettext_noop("%(what)s: fetching %(files)s files, %(size)s, onto %(node)s")),
     shape(gettext_noop("%(what)s: %(done)s/%(files)s files, %(size)s of %(total)s, %(rate)s/s")),
+    shape(gettext_noop("%(what)s ready: 1 file, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
+                       "%(cached)s from the node's cache")),
     shape(gettext_noop("%(what)s ready: %(files)s files, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
                   "%(cached)s from the node's cache")),
     shape(gettext_noop("%(node)s has no %(image)s: pulling it")),

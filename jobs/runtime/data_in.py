@@ -141,13 +141,18 @@ def _downloads(job_id: int, name: str, folder: str) -> list[Download] | None:
 ProgressSay = Callable[[str], Awaitable[None]]
 
 
+def counted_files(count: int) -> str:
+    # English only: the pages say these messages in their language by their shapes (jobs.pages.display).
+    return "1 file" if count == 1 else f"{count} files"
+
+
 def progress_words(line: str, total_files: int, total_bytes: int) -> str:
     """stage-inputs.py's progress or final line in words: files and bytes so far, the fetch rate, the cache."""
     fields = dict(word.split("=", 1) for word in line.split()[1:] if "=" in word)
     files, done = int(fields.get("files", 0)), int(fields.get("bytes", 0))
     fetched, seconds = int(fields.get("fetched", 0)), float(fields.get("seconds", 0))
     if line.startswith("staged "):
-        return (f"input ready: {files} files, {readable_size(done)} in {seconds:.1f} s; {readable_size(fetched)} "
+        return (f"input ready: {counted_files(files)}, {readable_size(done)} in {seconds:.1f} s; {readable_size(fetched)} "
                 f"fetched from the store, {readable_size(done - fetched)} from the node's cache")
     rate = readable_size(int(fetched / max(seconds, 0.001)))
     return f"input: {files}/{total_files} files, {readable_size(done)} of {readable_size(total_bytes)}, {rate}/s"
@@ -159,7 +164,7 @@ async def stage_inputs(connection: asyncssh.SSHClientConnection, worker: WorkerP
     label = worker.node.label
     downloads = staging.downloads
     total_files, total_bytes = len(downloads), sum(item.size for item in downloads)
-    await say(f"{staging.what}: fetching {total_files} files, {readable_size(total_bytes)}, onto {label}")
+    await say(f"{staging.what}: fetching {counted_files(total_files)}, {readable_size(total_bytes)}, onto {label}")
     argv = ["python3", "-c", STAGE_SCRIPT, worker.workdir, f"{worker.work_root}/.object-cache",
             str(settings.NODE_CACHE_GB * 1024**3), str(settings.NODE_DISK_RESERVE_GB * 1024**3)]
     if staging.owned:

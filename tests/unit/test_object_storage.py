@@ -125,6 +125,7 @@ def test_the_fetch_progress_reads_in_words():
         "input: 2/4 files, 2.0 KB of 4.0 KB, 1.0 KB/s"
     assert progress_words("staged files=4 bytes=4096 fetched=0 seconds=0.1", 4, 4096) == \
         "input ready: 4 files, 4.0 KB in 0.1 s; 0 bytes fetched from the store, 4.0 KB from the node's cache"
+    assert progress_words("staged files=1 bytes=1024 fetched=1024 seconds=0.1", 1, 1024).startswith("input ready: 1 file, ")
 
 
 @pytest.fixture

@@ -98,6 +98,21 @@ def test_tc_show_prints_when_a_waiting_job_may_start_and_what_would_start_it_soo
     assert " may start: by about " in shown and "    sooner: submitted again with 1 node, it could start now" in shown
 
 
+def test_tc_show_prints_a_hold_and_the_slurm_job_behind_a_job(capsys):
+    from training_console_cli.commands import print_job
+
+    print_job({"id": 7, "name": "held", "status": "Failed", "held_until": "2026-12-05T20:00:00Z",
+               "slurm": {"job_id": 1800123, "state": "RUNNING", "reason": "",
+                         "accounting": {"account": "vision", "qos": "high"}}}, as_json=False)
+    shown = capsys.readouterr().out
+    assert "held until: 2026-12-05T20:00:00Z: its containers and nodes are kept for a look inside (tc shell 7)" in shown
+    assert "     slurm: job 1800123, RUNNING, account vision, qos high" in shown
+    print_job({"id": 8, "name": "own", "status": "Running", "held_until": None,
+               "slurm": {"job_id": None, "state": "", "reason": "", "accounting": None}}, as_json=False)
+    shown = capsys.readouterr().out
+    assert "held until" not in shown and "slurm" not in shown
+
+
 # A small cluster in the database: nodes of one spec in no pool or one of two pools, some held by running jobs
 # with auto stops (or none), some disabled, draining or unhealthy; and a queue of waiting jobs.
 node_rows = st.lists(st.tuples(st.sampled_from([None, "a", "b"]), st.sampled_from([None, 0, 1]),
