@@ -88,16 +88,20 @@ async def run_checked(
 # A folder made for the files, as `mkdir -p` under root's usual umask makes it: the job's uid must pass
 # through it, whatever umask the node's sftp-server is told to apply (`-u`).
 FOLDER_MODE = 0o755
+PRIVATE_FOLDER_MODE = 0o700
 
 
 async def upload(connection: asyncssh.SSHClientConnection, label: str, files: dict[str, str],
                  folder: str | None = None) -> None:
     """Copy local files to remote paths over SFTP ({local: remote}), into `folder` made first when given
-    (in the same session: a `mkdir -p` of its own cost a worker's preparation a command's round trip)."""
+    (in the same session: a `mkdir -p` of its own cost a worker's preparation a command's round trip). The
+    folder itself is its owner's alone (an earlier attempt's too): the files hold the job's keys and code, and
+    whoever lays them out opens it to the job."""
     try:
         async with connection.start_sftp_client() as sftp:
             if folder:
                 await _make_folder(sftp, label, folder)
+                await sftp.chmod(folder, PRIVATE_FOLDER_MODE)
             for local, remote in files.items():
                 await sftp.put(local, remote)
     except (TimeoutError, OSError, asyncssh.Error) as error:

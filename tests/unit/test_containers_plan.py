@@ -173,4 +173,8 @@ def test_a_node_is_asked_for_the_image_only_when_starting_the_container_says_it_
     podman = [command.split()[1] for command in node.commands if command.startswith("podman")]
     assert podman == (["run"] if holds_image else ["run", "image", "load", "run"])
     assert started.container_id == "c0ffee" and plan.workers[0].workdir in node.folders
-    assert set(node.folders.values()) == {0o755}  # every folder it made can be passed through by the job's uid
+    workdir = plan.workers[0].workdir
+    # Every folder above the worker's can be passed through by the job's uid; the worker's is root's alone while it
+    # holds the job's keys as uploaded (prepare-workdir.sh opens it to the job once they are laid out).
+    assert {mode for path, mode in node.folders.items() if path != workdir} == {0o755}
+    assert node.folders[workdir] == 0o700
