@@ -7,6 +7,7 @@ above both folders, so a run of both starts each service once.
 
 import os
 import secrets
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -21,10 +22,11 @@ from console.celery import app as celery_app
 from jobs import localcluster, localstore
 from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
+from jobs.launch.network_policy import policy_tables, removal
 from jobs.logs import progress
 from jobs.models import Engine, EngineVersion, LauncherDefaults, Network, Node, ResourceSpec
 from jobs.object_store.client import ObjectStore, StoreAccess
-from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT
+from tests.integration.helpers import CLUSTER_NODES, CLUSTER_SLOTS, PROGRAMS, TEST_OUTPUT, on_node
 from tests.suite_tables import collect_rows, record_result, write_tables
 
 # TEST_RUN_ID (0-99) keeps test runs that share this machine apart: their own bridge, subnet and
@@ -253,9 +255,23 @@ def mindspore_image():
     return MINDSPORE.reference
 
 
+def without_earlier_policies(local_cluster, test: str) -> None:
+    """Remove the network policies an earlier test's job left on the nodes. Each test starts from an empty
+    database, so a job of the test before that was still ending (or whose node the console kept out of service
+    until its next check) holds nodes this test's jobs are given: its policy, for the same job uid, would refuse
+    their traffic. What was found goes to the run's output, so that a job that leaves one is seen."""
+    for local in local_cluster:
+        left = policy_tables(on_node(local, "nft list tables inet"))
+        if left:
+            with open(TEST_OUTPUT / f"leftover-policies-{RUN_ID}.log", "a") as log:
+                log.write(f"{test}: {local.name} held {' '.join(left)}\n")
+            on_node(local, f"printf '%s' {shlex.quote(removal(left))} | nft -f -")
+
+
 @pytest.fixture
-def console(transactional_db, celery_worker, local_cluster, mpi_image):
+def console(request, transactional_db, celery_worker, local_cluster, mpi_image):
     """A console with an MPI engine and the local cluster's nodes registered, as `make run` leaves it."""
+    without_earlier_policies(local_cluster, request.node.nodeid)
     mpi = Engine.objects.create(name="MPI")
     engine = EngineVersion.objects.create(engine=mpi, version="local-mpi4py", image=mpi_image, python=MPI.python)
     spec = ResourceSpec.objects.create(
