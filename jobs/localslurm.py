@@ -67,6 +67,37 @@ class Ports:
         return cls(base, base + 1, base + 2, base + 3)
 
 
+# An instance counts its job ids from its own base; it runs far fewer jobs than this before it is taken down.
+JOB_ID_SPAN = 100
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def first_job_id(ports: Ports) -> int:
+    return ports.controller * 100
+
+
+def remove_job_cgroups(first: int, root: Path = CGROUP_ROOT) -> list[str]:
+    """Remove the empty cgroup folders the instance's jobs left on its nodes, deepest first; what could not be removed
+    (a process still in it) is returned. A job Slurm ended from its side (a scancel, a time limit) while the containers
+    of a pool without root were below its step keeps its step's and its own, root's, which Slurm does not come back
+    to (docs/slurm.md); taken down, the instance leaves none."""
+    left = []
+    for job in root.glob("*/slurm_*/uid_*/job_*"):
+        number = job.name.removeprefix("job_")
+        if not number.isdigit() or not first <= int(number) < first + JOB_ID_SPAN:
+            continue
+        for folder in sorted((path for path in job.rglob("*") if path.is_dir()), key=lambda path: -len(path.parts)):
+            try:
+                folder.rmdir()
+            except OSError:
+                left.append(str(folder))
+        try:
+            job.rmdir()
+        except OSError:
+            left.append(str(job))
+    return left
+
+
 @dataclass(frozen=True)
 class LocalSlurm:
     """What a client needs: the REST address, the cluster's and its partition's names, the config file for
@@ -170,7 +201,7 @@ def slurm_conf(state_dir: Path, cluster: str, controller_address: str, ports: Po
         f"SlurmdPort={ports.node}",
         # Job ids of its own (its ports are its own): nodes of several instances on one host share Slurm's cgroup
         # folders (slurm_<node>/uid_<u>/job_<id>), which one instance's job 1 must not find made by another's.
-        f"FirstJobId={ports.controller * 100}",
+        f"FirstJobId={first_job_id(ports)}",
         f"SlurmUser={SLURM_USER}",
         "AuthType=auth/munge",
         # cred_expire is also how long a requeued job waits before it may start again: 120 s by default.
@@ -194,8 +225,9 @@ def slurm_conf(state_dir: Path, cluster: str, controller_address: str, ports: Po
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "SchedulerParameters=sched_interval=2,bf_interval=2",
-        # A stopped job's processes get SIGTERM, then SIGKILL this many seconds later.
-        "KillWait=10",
+        # A stopped job's processes get SIGTERM, then SIGKILL this many seconds later: Slurm's default, which a step's
+        # hold of its container on SIGTERM (jobs.runtime.slurm_step.HOLD_AT_MOST_SECONDS) fits in.
+        "KillWait=30",
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=127.0.0.1",
         f"AccountingStoragePort={ports.accounting}",
@@ -475,6 +507,7 @@ def down(state_dir: Path, *, drop_database: bool = True) -> None:
         if drop_database:
             # Its name was checked at `up`: letters, digits and underscores only.
             _run("mysql", "-uroot", "-h127.0.0.1", "-e", f"DROP DATABASE IF EXISTS `{state['database']}`", check=False)
+        remove_job_cgroups(first_job_id(Ports.from_base(int(state["base_port"]))))
     if state_dir.is_dir():
         shutil.rmtree(state_dir)
 

@@ -50,6 +50,20 @@ def seccomp_path(worker: WorkerPlan) -> str:
 
 
 def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
+    """`podman run` of the worker's container, with the GPUs the plan gives it."""
+    return run_options(plan, worker) + device_options(worker.gpu_devices) + image_command(plan)
+
+
+def device_options(devices: tuple[str, ...]) -> list[str]:
+    return [word for device in devices for word in ("--device", device)]
+
+
+def image_command(plan: JobPlan) -> list[str]:
+    return [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]
+
+
+def run_options(plan: JobPlan, worker: WorkerPlan) -> list[str]:
+    """`podman run` and every option of the worker's container but its GPUs (a Slurm step adds the ones it was given)."""
     limits = plan.limits
     # Never pulled here: a node without the image is told so at once, and the preparation brings it.
     argv = ["podman", "run", "--detach", "--pull=never", "--name", worker.container_name,
@@ -81,9 +95,6 @@ def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     for path in plan.read_only_mounts:
         # A shared file system of the node's (jobs.models.SharedPath), read where the job's data_url names it.
         argv += ["--volume", f"{path}:{path}:ro,nosuid,nodev"]
-    for device in worker.gpu_devices:
-        argv += ["--device", device]
-    argv += [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG]
     return argv
 
 

@@ -9,12 +9,13 @@ do on these cgroups (it signals the step's own processes, not the container's, b
 """
 
 import asyncio
+import re
 import shlex
 
 import asyncssh
 
 from jobs.launch.plan import JobPlan, WorkerPlan
-from jobs.runtime.containers import run_argv
+from jobs.runtime.containers import device_options, image_command, run_options
 from jobs.runtime.ssh import NodeError, run_checked
 
 # How long the step may take to start a prepared worker's container (the image is in the user's store by then;
@@ -23,8 +24,9 @@ START_SECONDS = 120.0
 POLL_SECONDS = 0.5
 # On SIGTERM the container stays this long for the console to end it itself (its ranks given their notice): Slurm
 # sends it to a step as a preemption's grace begins, not only at the end. Within KillWait (30 s by default), after
-# which Slurm kills the step and would leave the container (its cgroups are below the step's, out of its reach).
-HOLD_AT_MOST_SECONDS = 25
+# which Slurm kills the step and would leave the container (its cgroups are below the step's, out of its reach),
+# with 10 s left for the container's removal and its cgroups' (podman is slow to start on a busy node).
+HOLD_AT_MOST_SECONDS = 20
 HOLD_AFTER_GRACE_SECONDS = 10
 
 
@@ -50,9 +52,14 @@ rm -f -- "${file%/*}/start.failed" "${file%/*}/start.log"
 } >"$file.new" && mv "$file.new" "$file"
 """
 
-# What the poll prints: "failed" and the start's output, or the container's state ("absent" before the step ran it).
+# What the poll prints: "failed" and the start's output, or the container's state ("absent" before the step ran it),
+# and once it runs, the cgroups of its first process.
 POLL_SCRIPT = """if [ -e "$2/start.failed" ]; then echo failed; tail -c 2000 "$2/start.log"; exit 0; fi
-podman container inspect --format '{{.State.Status}}' "$1" 2>/dev/null || echo absent"""
+found=$(podman container inspect --format '{{.State.Status}} {{.State.Pid}}' "$1" 2>/dev/null) || { echo absent; exit 0; }
+echo "${found% *}"
+if [ "${found% *}" = running ]; then cat "/proc/${found##* }/cgroup" 2>/dev/null; fi"""
+# A Slurm step's cgroup, on cgroup v1 (/slurm_<node>/uid_<u>/job_<id>/step_0/...) as on v2 (.../job_<id>/step_0/...).
+STEP_CGROUP = re.compile(r"/job_\d+/step_[^/]+(/|$)")
 
 
 def start_path(worker: WorkerPlan) -> str:
@@ -82,12 +89,15 @@ def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
         '        for folder in $left; do rmdir "$folder" 2>/dev/null; done; sleep 0.3',
         '    done; }',
         f"end() {{ podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; cleanup; exit 143; }}",
-        f"hold() {{ tries=0; while [ $tries -lt {2 * hold_seconds(plan)} ] && podman container exists {name}; do "
-        "tries=$((tries + 1)); sleep 0.5; done; end; }",
+        # Counted in seconds, not looks: each look starts a podman, which takes a while on a busy node.
+        f"hold() {{ until=$((SECONDS + {hold_seconds(plan)})); "
+        f"while [ $SECONDS -lt $until ] && podman container exists {name}; do sleep 0.5; done; end; }}",
         "cid=",
         "trap hold TERM",
         "trap end INT USR1 USR2",
-        f"if ! cid=$({shlex.join(run_argv(plan, worker))} 2>{workdir}/start.log); then",
+        *gpu_choice(worker),
+        f'if ! cid=$({shlex.join(run_options(plan, worker))} "${{devices[@]}}" {shlex.join(image_command(plan))} '
+        f"2>{workdir}/start.log); then",
         f"    : >{workdir}/start.failed",
         "    exit 1",
         "fi",
@@ -97,6 +107,31 @@ def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
         "cleanup",
         "",
     ])
+
+
+def gpu_choice(worker: WorkerPlan) -> list[str]:
+    """The lines that set `devices`, the container's GPUs: the ones Slurm gave the step (SLURM_STEP_GPUS, where the
+    site's GRES names them) rather than the node's first ones the plan names, which may be another job's on a node
+    Slurm shares; none for a spec without GPUs, whatever the step was given."""
+    lines = [f"devices=({shlex.join(device_options(worker.gpu_devices))})"]
+    if worker.gpu_devices:
+        lines += [
+            'if [ -n "${SLURM_STEP_GPUS-}" ]; then devices=()',
+            '    for gpu in ${SLURM_STEP_GPUS//,/ }; do case $gpu in *[!0-9]*) continue ;; esac',
+            '        devices+=(--device "nvidia.com/gpu=$gpu"); done',
+            "fi",
+        ]
+    return lines
+
+
+def outside_the_step(cgroups: str) -> bool:
+    """Whether a process's /proc/PID/cgroup puts it outside a Slurm step: its memory cgroup (v1), or its one
+    cgroup (v2), is not below a step's. Podman made it below the step that started it unless the node's Podman
+    makes its cgroups elsewhere (systemd's manager)."""
+    entries = [line.split(":", 2) for line in cgroups.splitlines() if line.count(":") >= 2]
+    memory = [path for _, controllers, path in entries if "memory" in controllers.split(",")]
+    paths = memory or [path for _, controllers, path in entries if controllers == ""]
+    return not paths or not all(STEP_CGROUP.search(path) for path in paths)
 
 
 async def start_in_step(connection: asyncssh.SSHClientConnection, plan: JobPlan, worker: WorkerPlan) -> None:
@@ -110,6 +145,10 @@ async def start_in_step(connection: asyncssh.SSHClientConnection, plan: JobPlan,
                                     ["sh", "-c", POLL_SCRIPT, "sh", worker.container_name, worker.workdir])).strip()
         state, _, detail = answer.partition("\n")
         if state == "running":
+            if outside_the_step(detail):
+                raise NodeError(label, "starting the container in the Slurm job's step",
+                                "it runs outside the Slurm job's cgroups, where Slurm's limits and accounting do not "
+                                "hold it: the node's Podman must use runc with the cgroupfs manager (docs/slurm.md)")
             return
         if state == "failed":
             raise NodeError(label, "starting the container in the Slurm job's step", detail.strip() or "podman run failed")

@@ -70,7 +70,8 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
         async with connection:
             # The script goes on stdin, so teardown works even where the upload never happened.
             result = await connection.run(
-                shlex.join(as_node_root(worker, ["sh", "-s", "--", worker.workdir, worker.container_name])),
+                shlex.join(as_node_root(worker, ["sh", "-s", "--", worker.workdir, worker.container_name,
+                                                 *(["slurm-step"] if worker.rootless else [])])),
                 input=STOP_SCRIPT,
                 check=False,
                 timeout=settings.SSH_COMMAND_TIMEOUT,

@@ -20,8 +20,9 @@ SCRIPT_PATH = "/usr/local/bin:/usr/bin:/bin"
 class PoolValues:
     """What a Slurm pool adds to every job it runs (ResourcePool's Slurm settings)."""
 
+    # Whole nodes are the partition's to give (OverSubscribe=EXCLUSIVE, docs/slurm.md): slurmrestd 22.05 refuses
+    # v0.0.38's own "exclusive": "true", so the submission does not ask.
     partition: str
-    exclusive: bool = False
 
 
 # The batch script of a pool whose containers the console runs over its own SSH: it holds the nodes until the
@@ -39,14 +40,19 @@ wait
 # container (jobs.runtime.slurm_step): each task waits for the start script the console writes into its worker's
 # folder once the worker is prepared, found by the node's Slurm name below the job's folder (TC_JOB_DIR), and runs
 # it until the container ends; then it waits again, for an auto restart's next attempt on the same allocation.
+# The job's end (SIGUSR1/2) reaches the start scripts too, which remove what is left of their containers (their
+# cgroups included): the tasks wait for them, and the script for the step (within STEP_END_SECONDS), before it ends
+# the job, because Slurm kills a step's remaining processes as soon as its task or its job is over.
+STEP_END_SECONDS = 20
 STEP_SCRIPT = """#!/bin/bash
 # Holds the allocation while the training console runs this job; its step runs the job's containers.
-trap 'exit 0' USR1
-trap 'exit 1' USR2
+code=
+trap 'code=0' USR1
+trap 'code=1' USR2
 srun --kill-on-bad-exit=0 bash -c '
     # SIGTERM (a scancel, a time limit, the start of a preemption grace) reaches the start script too, which keeps
     # its container for the console a while: this task waits for it, or Slurm would kill it with the task.
-    trap "stopping=1" TERM
+    trap "stopping=1" TERM USR1 USR2
     while [ -z "${stopping-}" ]; do
         for start in "$TC_JOB_DIR"/worker-*/"start-$SLURMD_NODENAME"; do
             [ -f "$start" ] || continue
@@ -56,8 +62,15 @@ srun --kill-on-bad-exit=0 bash -c '
         done
         sleep 0.2
     done' &
-sleep infinity &
-wait $!
+step=$!
+# The job's end signals every process of the job, this sleep included: a new one until the trap has said how it ended.
+while [ -z "$code" ]; do
+    sleep infinity &
+    wait $!
+done
+tries=0
+while [ $tries -lt """ + str(2 * STEP_END_SECONDS) + """ ] && kill -0 $step 2>/dev/null; do tries=$((tries + 1)); sleep 0.5; done
+exit $code
 """
 COMPLETED_SIGNAL = "SIGUSR1"
 FAILED_SIGNAL = "SIGUSR2"
@@ -88,8 +101,6 @@ def batch_request(job: JobValues, pool: PoolValues, script: str, *, name: str, a
     }
     if job.spec.gpu_count:
         description["gres"] = f"gpu:{job.spec.gpu_count}"
-    if pool.exclusive:
-        description["exclusive"] = "true"
     if account:
         description["account"] = account
     if qos:

@@ -59,7 +59,6 @@ class JobDescription(TypedDict, total=False):
     cpus_per_task: int
     memory_per_node: int
     gres: str
-    exclusive: str
     time_limit: int
     requeue: bool
     signal: str

@@ -21,7 +21,7 @@ from jobs.allocation import waiting_reason
 from jobs.backends.slurm import check_pool
 from jobs.code_dirs.service import register_examples
 from jobs.images.recipes import HOROVOD, MINDSPORE
-from jobs.models import Engine, EngineVersion, JobStatus, Node, ResourcePool, StopReason, TrainingJob
+from jobs.models import FINAL_STATES, Engine, EngineVersion, JobStatus, Node, ResourcePool, StopReason, TrainingJob
 from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
 from jobs.slurm.states import Phase, phase_of
@@ -93,13 +93,33 @@ def logins_since(sizes: dict[Path, int]) -> list[str]:
     return lines
 
 
+def cgroups_left(slurm_job_id: int, pattern: str = "") -> list[str]:
+    """The Slurm job's cgroup folders on the nodes (cgroup v1: one a controller), or those below them that match
+    `pattern`. Slurm removes them at the job's end unless something was left below them: a container's, made by the
+    user's runc below the step's."""
+    return sorted(str(folder) for folder in Path("/sys/fs/cgroup").glob(f"*/slurm_*/uid_*/job_{slurm_job_id}{pattern}"))
+
+
+def assert_no_cgroups_left(job: TrainingJob) -> None:
+    """A job the console ended leaves Slurm nothing in the way: its Slurm job's cgroups go. One Slurm ended from
+    outside (a scancel, a time limit) had its step's tasks killed at once by srun, before anything could remove the
+    containers' cgroups, and Slurm's own removal does not come again: the console's teardown removes the containers'
+    and the tasks'; the step's and the job's, empty, are in root's folders, and stay (docs/slurm.md)."""
+    slurm_ended = job.status == JobStatus.TERMINATED and job.stop_reason == StopReason.SLURM
+    wait_until(f"Slurm job {job.slurm_job_id}'s cgroups go: {cgroups_left(job.slurm_job_id, '/**')}",
+               lambda: not cgroups_left(job.slurm_job_id, "/*/*/" if slurm_ended else ""), timeout=60)
+
+
 @pytest.fixture
 def slurm_pool(console, slurm_site):
-    """The Slurm pool without root; after the test, the nodes' sshd logs show the Slurm user's logins only."""
+    """The Slurm pool without root; after the test, the nodes' sshd logs show the Slurm user's logins only, and the
+    Slurm jobs of the jobs that ended left no cgroup behind."""
     before = sshd_logs()
     yield make_pool(console, slurm_site, root_ssh=False)
     logins = logins_since(before)
     assert not [line for line in logins if " for root " in line], f"a root login reached a node: {logins}"
+    for job in TrainingJob.objects.filter(status__in=FINAL_STATES).exclude(slurm_job_id=None):
+        assert_no_cgroups_left(job)
 
 
 @pytest.fixture

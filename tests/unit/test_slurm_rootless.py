@@ -65,14 +65,17 @@ def test_the_batch_job_of_a_pool_without_root_tells_its_step_where_the_jobs_fold
     assert start_path(plan.workers[1]) == f"{plan.workers[1].workdir}/start-gpu-1"
 
 
-def run_start_script(tmp_path, plan, worker, *, exists_for: int, signal: str) -> tuple[int, list[str], float]:
+def run_start_script(tmp_path, plan, worker, *, exists_for: int, signal: str,
+                     env: dict[str, str] | None = None) -> tuple[int, list[str], float]:
     """The start script, run for real against a podman that records what it is asked (its container "exists" the
-    first `exists_for` times asked), sent `signal` once it waits on the container."""
+    first `exists_for` times asked; `podman run`'s words go to run-args), sent `signal` once it waits on the
+    container."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls, count = tmp_path / "calls", tmp_path / "count"
     (bin_dir / "podman").write_text(f"""#!/bin/sh
 echo "$1" >> {calls}
+[ "$1" = run ] && printf '%s\\n' "$@" > {tmp_path / "run-args"}
 case "$1" in
 wait) exec sleep 30 ;;
 container) n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}; [ "$n" -lt {exists_for} ] ;;
@@ -82,7 +85,7 @@ esac
     (bin_dir / "podman").chmod(0o755)
     runnable = tmp_path / "start"
     runnable.write_text(start_script(plan, worker).replace(worker.workdir, str(tmp_path)))
-    process = subprocess.Popen(["bash", str(runnable)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    process = subprocess.Popen(["bash", str(runnable)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", **(env or {})})
     for _ in range(100):
         if calls.exists() and "wait" in calls.read_text():
             break
@@ -120,10 +123,10 @@ def test_a_container_the_console_never_ends_is_removed_within_slurms_kill_wait(m
     job, _plan = planned(make_job, root_ssh=False)
     from jobs.runtime.slurm_step import hold_seconds
 
-    job.checkpoint_grace_seconds = 8
-    assert hold_seconds(planned_with(job)) == 18
+    job.checkpoint_grace_seconds = 5
+    assert hold_seconds(planned_with(job)) == 15
     job.checkpoint_grace_seconds = 3600
-    assert hold_seconds(planned_with(job)) == 25, "Slurm's KillWait (30 s by default) would kill the step first"
+    assert hold_seconds(planned_with(job)) == 20, "Slurm's KillWait (30 s by default) would kill the step first"
 
 
 def planned_with(job):
@@ -146,15 +149,37 @@ class FakeNode:
         return SimpleNamespace(exit_status=0, stdout=stdout, stderr="")
 
 
+# /proc/PID/cgroup of a container the step started (cgroup v1, as measured on these nodes), and of one a node's
+# Podman made under systemd's manager instead, outside the Slurm job.
+IN_THE_STEP = """12:freezer:/slurm_node-1/uid_1001/job_1800007/step_0/0c7e4a
+5:memory:/slurm_node-1/uid_1001/job_1800007/step_0/0c7e4a
+4:cpu,cpuacct:/slurm_node-1/uid_1001/job_1800007/step_0/0c7e4a
+0::/"""
+OUTSIDE = """5:memory:/user.slice/user-1001.slice/user@1001.service/user.slice/libpod-0c7e4a.scope
+0::/user.slice/user-1001.slice/user@1001.service/user.slice/libpod-0c7e4a.scope"""
+
+
+def test_a_container_is_in_the_slurm_step_only_where_its_memory_cgroup_is_below_the_steps():
+    from jobs.runtime.slurm_step import outside_the_step
+
+    assert not outside_the_step(IN_THE_STEP)
+    assert not outside_the_step("0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0")  # cgroup v2
+    assert outside_the_step(OUTSIDE)
+    assert outside_the_step(""), "nothing read: not known to be held by Slurm"
+
+
 def test_the_console_waits_for_the_step_to_run_the_container_and_says_why_when_it_cannot(make_job, monkeypatch):
     _job, plan = planned(make_job, root_ssh=False)
     monkeypatch.setattr("jobs.runtime.slurm_step.POLL_SECONDS", 0)
-    node = FakeNode(["absent", "created", "running"])
+    node = FakeNode(["absent", "created", "running\n" + IN_THE_STEP])
     asyncio.run(start_in_step(node, plan, plan.workers[0]))
     assert len(node.commands) == 4 and "start-gpu-0" in node.commands[0]
     failed = FakeNode(["absent", "failed\nError: image not known"])
     with pytest.raises(NodeError, match="starting the container in the Slurm job's step failed: Error: image not known"):
         asyncio.run(start_in_step(failed, plan, plan.workers[0]))
+    outside = FakeNode(["running\n" + OUTSIDE])
+    with pytest.raises(NodeError, match="it runs outside the Slurm job's cgroups"):
+        asyncio.run(start_in_step(outside, plan, plan.workers[0]))
     monkeypatch.setattr("jobs.runtime.slurm_step.START_SECONDS", 0)
     with pytest.raises(NodeError, match="the step did not start it within 0 s"):
         asyncio.run(start_in_step(FakeNode(["absent"] * 3), plan, plan.workers[0]))
@@ -180,3 +205,70 @@ def test_a_pool_without_root_submits_its_step_and_one_with_root_ssh_the_holder(m
     else:
         assert sent["script"] == STEP_SCRIPT and "exclusive" not in sent["job"]
         assert sent["job"]["environment"]["TC_JOB_DIR"] == f"/var/tmp/training-console-svc-ml/{job.dns_name}"
+
+
+@pytest.mark.parametrize(("signal_name", "job_exit"), [("SIGUSR1", 0), ("SIGUSR2", 1)])
+def test_the_batch_job_ends_only_once_its_steps_start_scripts_have_cleaned_up(tmp_path, signal_name, job_exit):
+    """The job's end signals every process of the job; Slurm kills what is left of a step once its task or its job
+    is over, so the batch script and the step's task wait for the start script's own removal of its container."""
+    import contextlib
+    import os
+    import signal
+
+    bin_dir, worker = tmp_path / "bin", tmp_path / "job" / "worker-0"
+    bin_dir.mkdir()
+    worker.mkdir(parents=True)
+    # srun, as far as this script needs it: the one task, on this node, in the job's process group.
+    (bin_dir / "srun").write_text('#!/bin/sh\nshift; exec "$@"\n')
+    (bin_dir / "srun").chmod(0o755)
+    started, cleaned = tmp_path / "started", tmp_path / "cleaned"
+    # A start script whose removal of its container takes a while.
+    (worker / "start-node-1").write_text(f"""rm -f -- "$0"
+trap 'sleep 1.5; touch {cleaned}; exit 143' USR1 USR2
+touch {started}
+sleep 60 &
+wait $!
+""")
+    script = tmp_path / "batch"
+    script.write_text(STEP_SCRIPT)
+    process = subprocess.Popen(["bash", str(script)], start_new_session=True, env={
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "TC_JOB_DIR": str(tmp_path / "job"), "SLURMD_NODENAME": "node-1"})
+    try:
+        for _ in range(200):
+            if started.exists():
+                break
+            time.sleep(0.05)
+        assert started.exists(), "the step's task ran its node's start script"
+        os.killpg(process.pid, getattr(signal, signal_name))
+        code = process.wait(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # what is left of the group (the script's sleeps)
+            os.killpg(process.pid, signal.SIGKILL)
+    assert code == job_exit and cleaned.exists(), "the job ended before its container was cleaned up"
+
+
+@pytest.mark.parametrize(("step_gpus", "given"), [
+    ("2,3", ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]),
+    ("", ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]),
+])
+def test_a_container_gets_the_gpus_slurm_gave_its_step_and_the_plans_where_slurm_names_none(
+        make_job, tmp_path, step_gpus, given):
+    import dataclasses
+    import signal
+
+    _job, plan = planned(make_job, root_ssh=False)
+    worker = dataclasses.replace(plan.workers[0], gpu_devices=("nvidia.com/gpu=0", "nvidia.com/gpu=1"))
+    code, _calls, _took = run_start_script(tmp_path, plan, worker, exists_for=100, signal=signal.SIGUSR1,
+                                           env={"SLURM_STEP_GPUS": step_gpus})
+    words = (tmp_path / "run-args").read_text().splitlines()
+    assert code == 143 and [words[i + 1] for i, word in enumerate(words) if word == "--device"] == given
+    assert words[-6:] == [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", words[-1]], "the devices come before the image"
+
+
+def test_a_spec_without_gpus_gets_none_whatever_the_step_was_given(make_job, tmp_path):
+    import signal
+
+    _job, plan = planned(make_job, root_ssh=False)
+    code, _calls, _took = run_start_script(tmp_path, plan, plan.workers[0], exists_for=100, signal=signal.SIGUSR1,
+                                           env={"SLURM_STEP_GPUS": "0,1"})
+    assert code == 143 and "--device" not in (tmp_path / "run-args").read_text().splitlines()
