@@ -10,6 +10,7 @@ import secrets
 import shlex
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import botocore.exceptions
@@ -259,13 +260,18 @@ def without_earlier_policies(local_cluster, test: str) -> None:
     """Remove the network policies an earlier test's job left on the nodes. Each test starts from an empty
     database, so a job of the test before that was still ending (or whose node the console kept out of service
     until its next check) holds nodes this test's jobs are given: its policy, for the same job uid, would refuse
-    their traffic. What was found goes to the run's output, so that a job that leaves one is seen."""
-    for local in local_cluster:
+    their traffic. What was found goes to the run's output, so that a job that leaves one is seen. In a thread of
+    its own: the browser tests' Playwright keeps an event loop running in the test's thread."""
+    def remove(local) -> None:
         left = policy_tables(on_node(local, "nft list tables inet"))
         if left:
             with open(TEST_OUTPUT / f"leftover-policies-{RUN_ID}.log", "a") as log:
                 log.write(f"{test}: {local.name} held {' '.join(left)}\n")
             on_node(local, f"printf '%s' {shlex.quote(removal(left))} | nft -f -")
+
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        for local in local_cluster:
+            thread.submit(remove, local).result()
 
 
 @pytest.fixture
