@@ -30,6 +30,7 @@ from typing import Any
 import jwt
 from django.conf import settings
 from django.core.cache import cache
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import allocation
@@ -52,6 +53,7 @@ from jobs.slurm.batch import (
     FAILED_SIGNAL,
     HOLDER_SCRIPT,
     JOB_NAME_PREFIX,
+    STEP_END_SECONDS,
     STEP_SCRIPT,
     PoolValues,
     batch_request,
@@ -500,14 +502,22 @@ def accounting_summary(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# How long past STEP_END_SECONDS a Slurm job told how its job ended may take to end (its script's exit, slurmctld).
+ENDING_MARGIN_SECONDS = 40
+
+
 def cancel_strays(rest: SlurmRest, pool: ResourcePool) -> None:
     """Cancel the pool's Slurm jobs named for a console job that no longer holds them (ended, deleted, or holding
     another): what a crash between a submission and its record could leave holding nodes."""
     live = live_console_jobs(rest, pool)
     if not live:
         return
-    # Held by a job of any pool: two pools may share a partition (to charge two accounts, say).
-    held = set(TrainingJob.objects.filter(pk__in=live).exclude(status__in=FINAL_STATES)
+    # Held by a job of any pool: two pools may share a partition (to charge two accounts, say). A job that ended
+    # holds its Slurm job until the console has told Slurm how it ended, and a while after (the batch script waits
+    # for its step first): a cancel then would make Slurm's record of a completed job CANCELLED.
+    ending_since = timezone.now() - timedelta(seconds=STEP_END_SECONDS + ENDING_MARGIN_SECONDS)
+    held = set(TrainingJob.objects.filter(pk__in=live)
+               .filter(~Q(status__in=FINAL_STATES) | Q(slurm_released=False) | Q(ended_at__gte=ending_since))
                .values_list("pk", "slurm_job_id"))
     # A job being submitted right now has no Slurm id yet: the next dispatch takes this one as its own.
     unsubmitted = set(TrainingJob.objects.filter(pk__in=live, status=JobStatus.PENDING,

@@ -181,6 +181,30 @@ def test_a_pools_sweep_leaves_the_slurm_jobs_another_pool_holds_on_the_same_part
         ("DELETE", "/slurm/v0.0.38/job/79")]
 
 
+def test_a_job_that_just_ended_keeps_its_slurm_job_until_slurm_has_ended_it_as_told(make_job, owner):
+    """Told how its job ended (SIGUSR1), a Slurm job runs on while its batch script waits for its step: a sweep then
+    must not cancel it, or Slurm would record a completed job CANCELLED. Long past that, it is a stray."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    job = running_job(make_job, owner, slurm_id=77)
+    listing = slurm_listing({"job_id": 77, "name": console_job_name(job.pk), "user_name": "svc",
+                             "job_state": "RUNNING", "state_reason": "None", "partition": "batch"})
+    ResourcePool.objects.filter(pk=job.pool_id).update(slurm_partition="batch", slurm_user="svc")
+
+    def sweep_cancels(**state) -> bool:
+        TrainingJob.objects.filter(pk=job.pk).update(status=JobStatus.COMPLETED, **state)
+        rest, fake = client({("GET", "/slurm/v0.0.38/jobs"): (200, listing),
+                             ("DELETE", "/slurm/v0.0.38/job/77"): (200, {"errors": []})})
+        cancel_strays(rest, ResourcePool.objects.get(pk=job.pool_id))
+        return any(request.method == "DELETE" for request in fake.requests)
+
+    assert not sweep_cancels(slurm_released=False, ended_at=timezone.now() - timedelta(hours=1)), "not yet told"
+    assert not sweep_cancels(slurm_released=True, ended_at=timezone.now() - timedelta(seconds=5)), "ending as told"
+    assert sweep_cancels(slurm_released=True, ended_at=timezone.now() - timedelta(minutes=5))
+
+
 def test_a_submission_slurm_refuses_fails_that_job_alone_and_the_pool_goes_on(make_job, owner):
     first = running_job(make_job, owner)
     TrainingJob.objects.filter(pk=first.pk).update(status=JobStatus.PENDING, slurm_job_id=None)
