@@ -11,6 +11,7 @@ do on these cgroups (it signals the step's own processes, not the container's, b
 import asyncio
 import re
 import shlex
+from pathlib import Path
 
 import asyncssh
 
@@ -18,6 +19,8 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.runtime.containers import device_options, image_command, run_options
 from jobs.runtime.ssh import NodeError, run_checked
 
+# Defines remove_step_cgroups, which the teardown runs too (jobs.runtime.teardown).
+STEP_CGROUPS = (Path(__file__).resolve().parent / "node_scripts" / "step-cgroups.sh").read_text()
 # How long the step may take to start a prepared worker's container (the image is in the user's store by then;
 # the first start on a node makes the user's Podman's own state, 25 s measured on a busy machine).
 START_SECONDS = 120.0
@@ -77,21 +80,13 @@ def start_script(plan: JobPlan, worker: WorkerPlan) -> str:
         # SIGTERM is how Slurm ends a step (scancel, time limit, and a preemption as its grace begins): the console,
         # which sees the same within a watch, ends the container itself after its ranks' notice; what it has not
         # ended within the hold goes here. SIGUSR1/2 come only once the console is done (the job's end): at once.
-        # The container's cgroups (made by the user's runc below the step's) outlive it on cgroup v1: they are removed
-        # here once it has ended, or Slurm could not remove the step's and the job's, and a later job of that id on
-        # the node would fail.
-        # A cgroup whose last process is still exiting cannot be removed yet: a few tries.
-        'cleanup() { case "$cid" in *[!0-9a-f]*|"") return ;; esac; tries=0',
-        '    while [ $tries -lt 10 ]; do tries=$((tries + 1))',
-        '        left=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 9 -depth -type d -name "$cid" '
-        '-path "*/job_${SLURM_JOB_ID:-none}/*" 2>/dev/null)',
-        '        [ -z "$left" ] && return',
-        '        for folder in $left; do rmdir "$folder" 2>/dev/null; done; sleep 0.3',
-        '    done; }',
+        # Its container's cgroups go once it has ended (step-cgroups.sh), only below this job's step.
+        STEP_CGROUPS,
+        'cleanup() { remove_step_cgroups "$cid" "${SLURM_JOB_ID:-none}"; }',
         f"end() {{ podman rm --force --ignore --time 2 {name} >/dev/null 2>&1; cleanup; exit 143; }}",
         # Counted in seconds, not looks: each look starts a podman, which takes a while on a busy node.
-        f"hold() {{ until=$((SECONDS + {hold_seconds(plan)})); "
-        f"while [ $SECONDS -lt $until ] && podman container exists {name}; do sleep 0.5; done; end; }}",
+        f"hold() {{ hold_until=$((SECONDS + {hold_seconds(plan)})); "
+        f"while [ $SECONDS -lt $hold_until ] && podman container exists {name}; do sleep 0.5; done; end; }}",
         "cid=",
         "trap hold TERM",
         "trap end INT USR1 USR2",

@@ -23,6 +23,8 @@ from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
 STOP_SCRIPT = (NODE_SCRIPTS / "stop-worker.sh").read_text()
+# Sent before it for a container a Slurm step started (the `slurm-step` argument): it removes the container's cgroups.
+STEP_CGROUPS = (NODE_SCRIPTS / "step-cgroups.sh").read_text()
 # The script's own last line; the rank records before it are the job user's words and may say anything.
 LEFT_LINE = re.compile(r"^left=(\d+)$")
 
@@ -72,7 +74,7 @@ async def teardown_worker(worker: WorkerPlan) -> TeardownResult:
             result = await connection.run(
                 shlex.join(as_node_root(worker, ["sh", "-s", "--", worker.workdir, worker.container_name,
                                                  *(["slurm-step"] if worker.rootless else [])])),
-                input=STOP_SCRIPT,
+                input=STEP_CGROUPS + STOP_SCRIPT if worker.rootless else STOP_SCRIPT,
                 check=False,
                 timeout=settings.SSH_COMMAND_TIMEOUT,
             )

@@ -7,32 +7,13 @@
 set -u
 workdir=$1 name=$2 started_by=${3-}
 
-# A container a Slurm step started has its cgroups below the step's, made by the user's runc, which does not
-# remove them on cgroup v1; left, they keep Slurm from removing the step's and the job's. The step's start
-# script removes them unless it was killed first (srun turns a SIGTERM, a scancel's or a time limit's, into a
-# SIGKILL of its tasks at once), so they go here too, by the container's id, only below a Slurm job's step;
-# then the task's folder above one, once empty (a step that is over: Slurm's own removal came too early). The
-# step's and the job's are in root's folders: only Slurm can remove them.
+# A container a Slurm step started: its cgroups go too, by its id (remove_step_cgroups, from step-cgroups.sh, which
+# the teardown sends before this script). The step's start script removes them unless it was killed first: srun
+# turns a SIGTERM, a scancel's or a time limit's, into a SIGKILL of its tasks at once.
 container_id=
 if [ "$started_by" = slurm-step ]; then
     container_id=$(podman container inspect --format '{{.Id}}' "$name" 2>/dev/null)
 fi
-remove_step_cgroups() {
-    case $container_id in *[!0-9a-f]*|"") return 0 ;; esac
-    found=$(find /sys/fs/cgroup -mindepth 2 -maxdepth 9 -depth -type d -name "$container_id" \
-        -path "*/job_*/step_*" 2>/dev/null)
-    # A cgroup whose last process is still exiting cannot be removed yet: a few tries.
-    tries=0 left_cgroups=$found
-    while [ -n "$left_cgroups" ] && [ "$tries" -lt 20 ]; do
-        for folder in $left_cgroups; do rmdir "$folder" 2>/dev/null; done
-        left_cgroups=$(for folder in $found; do [ -d "$folder" ] && echo "$folder"; done)
-        tries=$((tries + 1)); [ -n "$left_cgroups" ] && sleep 0.2
-    done
-    for folder in $found; do
-        case ${folder%/*} in */task_*) rmdir "${folder%/*}" 2>/dev/null ;; esac
-    done
-    return 0
-}
 
 # Two podman commands whatever the container's state (each starts a podman process, a tenth of a second
 # of CPU on a busy node): no "exists" asked before or after.
@@ -51,7 +32,7 @@ podman exec "$name" sh -c 'kill -TERM -1 2>/dev/null; tries=0
 # --ignore: success means the container is not there afterwards, whether it was removed now or before.
 container_left=0
 podman rm --force --ignore --time 2 "$name" >/dev/null 2>&1 || container_left=1
-remove_step_cgroups
+[ -n "$container_id" ] && remove_step_cgroups "$container_id" '*'
 
 # The records are written by the job's user, so they are read as that user (a planted link then reads
 # nothing it could not read itself), and only rank-numbered files, cut to a few known characters. They
