@@ -9,11 +9,13 @@ PY := $(VENV)/bin/python
 # cmake and g++ (with libopenmpi-dev, python3-dev) for the Horovod wheel the Horovod engine image is built with;
 # Slurm with munge, its REST server, JWT and MySQL plugins, and the MariaDB client, for the local Slurm
 # (`manage.py localslurm`; its accounting runs on the machine's MariaDB server, at 127.0.0.1:3306); uidmap (newuidmap)
-# for the rootless Podman of a Slurm pool without root.
+# for the rootless Podman of a Slurm pool without root; docker-registry (the CNCF distribution server) for the
+# console's image registry, from which nodes pull only the image layers they lack.
 APT_PACKAGES := redis-server openmpi-bin libopenmpi-dev openssh-server openssh-client iproute2 util-linux procps \
 	python3 python3-venv python3-dev python3-mpi4py python3-numpy gettext chromium shellcheck \
 	podman runc uidmap nftables debootstrap cmake g++ \
-	munge slurm-wlm slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin mariadb-client
+	munge slurm-wlm slurmctld slurmd slurmdbd slurmrestd slurm-wlm-jwt-plugin slurm-wlm-mysql-plugin mariadb-client \
+	docker-registry
 
 .PHONY: run test unit-test system-packages venv messages check images clean
 
@@ -22,6 +24,10 @@ system-packages:
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+		if echo "$$missing" | grep -qx docker-registry; then \
+			echo "the packaged registry service (port 5000, all addresses) is not the console's: disabling it"; \
+			systemctl disable --now docker-registry >/dev/null 2>&1 || true; \
+		fi; \
 	fi
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt

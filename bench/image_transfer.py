@@ -1,105 +1,114 @@
-"""How long a node that lacks a job's engine image waits for it, beside the load alone, and against a
-stream of the archive straight into `podman load`.
+"""How long a node that lacks a job's engine image waits for it: the whole archive over SFTP, against a pull of
+the layers it lacks from the console's registry (onto an empty node, and onto one that holds the base all engine
+images share), beside the floor, `podman load` of the archive where it lies.
 
-Brings up its own console (database, Redis, a local cluster of 1 node on bridge tcimgbr, 10.92.0.0/24)
-and, taking turns, removes the image from the node and brings it back:
+Brings up its own console (database, Redis, a local cluster of 1 node on bridge tcimgbr, 10.92.0.0/24) and its
+own read-only image registry (jobs.images.registry, on a free loopback port), and, taking turns, empties the
+node's image store and brings the image back:
 
-- the console: jobs.runtime.node_images.ensure_image, the archive copied to the node over SFTP (asyncssh's
-  parallel requests) with its progress said every few seconds, then `podman load --input`;
-- streamed: the archive written into `podman load`'s standard input over one SSH channel (no copy on the
-  node's disk first; podman keeps what it reads in a temporary file anyway);
-- the floor: `podman load --input` of the archive where it lies (the local node shares this machine's
-  files), no transfer at all.
+- archive: jobs.runtime.node_images.ensure_image with no registry: the archive copied to the node over SFTP,
+  then `podman load --input` (the console's only way before its registry);
+- pull, empty node: ensure_image with the registry;
+- pull, base held: the same, the node holding the MPI image (the base whose layers the others share), untimed;
+- floor: `podman load --input` of the archive where it lies (the local node shares this machine's files), no
+  transfer at all.
 
-    .venv/bin/python bench/image_transfer.py [--image mpi|horovod|mindspore] [--rounds 2]
+    .venv/bin/python bench/image_transfer.py [--image horovod|mindspore|mpi] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
+import re
 import statistics
 import time
 
 import benchkit
 
 VAR = benchkit.environment("images", subnet="10.92.0.0/24", bridge="tcimgbr", prefix="tcimg")
+WAYS = ("archive", "pull, empty node", "pull, base held", "floor")
 
 
-async def remove(connection, reference: str) -> None:
-    await connection.run(shlex.join(["podman", "rmi", "--force", reference]), check=False)
+async def measure(node, reference: str, base: str, archive, rounds: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    from django.conf import settings
 
-
-async def streamed(connection, archive) -> None:
-    process = await connection.create_process(shlex.join(["podman", "load", "--quiet"]), encoding=None)
-    with archive.open("rb") as source:
-        while chunk := source.read(4 * 2**20):
-            process.stdin.write(chunk)
-            await process.stdin.drain()
-    process.stdin.write_eof()
-    result = await process.wait()
-    assert result.exit_status == 0, result.stderr
-
-
-async def measure(node, reference: str, archive, rounds: int) -> dict[str, list[float]]:
     from jobs.runtime.node_images import ensure_image, has_image
     from jobs.runtime.ssh import connect, run_checked
 
     target = node.ssh_target()
-    times: dict[str, list[float]] = {"console": [], "streamed": [], "floor": []}
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
+    received: dict[str, int] = {}
+    registry_port = settings.IMAGE_REGISTRY_PORT
     lines: list[str] = []
 
     async def say(text: str) -> None:
         lines.append(text)
 
-    async def console(connection) -> None:
-        await ensure_image(connection, target.label, reference, say)
-
-    async def stream(connection) -> None:
-        await streamed(connection, archive)
-
-    async def floor(connection) -> None:
-        await run_checked(connection, target.label, "loading", ["podman", "load", "--quiet", "--input", str(archive)],
-                          timeout=1800)
-
     async with await connect(target) as connection:
+        async def bring(image: str, port: int) -> None:
+            settings.IMAGE_REGISTRY_PORT = port
+            await ensure_image(connection, target.label, image, say)
+
         for _ in range(rounds):
-            for name, way in (("console", console), ("streamed", stream), ("floor", floor)):
-                await remove(connection, reference)
+            for way in WAYS:
+                # The bench's own node: its whole store is emptied, so no layer of an earlier way is left.
+                await connection.run("podman rmi --all --force >/dev/null 2>&1", check=False)
+                if way == "pull, base held" and base != reference:
+                    await bring(base, registry_port)
+                lines.clear()
                 started = time.monotonic()
-                await way(connection)
-                times[name].append(time.monotonic() - started)
-                assert await has_image(connection, reference), name
-                print(f"  {name}: {times[name][-1]:.1f} s", flush=True)
-    print("  the console's progress lines:", *lines[-4:], sep="\n    ")
-    return times
+                if way == "floor":
+                    await run_checked(connection, target.label, "loading",
+                                      ["podman", "load", "--quiet", "--input", str(archive)], timeout=1800)
+                else:
+                    await bring(reference, 0 if way == "archive" else registry_port)
+                times[way].append(time.monotonic() - started)
+                assert await has_image(connection, reference), way
+                found = re.search(r"([\d,]+) MiB received", lines[-1] if lines else "")
+                if found:
+                    received[way] = int(found.group(1).replace(",", ""))
+                print(f"  {way}: {times[way][-1]:.1f} s  ({lines[-1] if lines else 'no transfer'})", flush=True)
+    settings.IMAGE_REGISTRY_PORT = registry_port
+    return times, received
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--image", choices=["mpi", "horovod", "mindspore"], default="mpi")
+    parser.add_argument("--image", choices=["mpi", "horovod", "mindspore"], default="horovod")
     parser.add_argument("--rounds", type=int, default=2)
-    args = benchkit.begin("image_transfer", parser, 1800)
+    args = benchkit.begin("image_transfer", parser, 3000)
     with benchkit.Console(VAR, nodes=1, slots=1):
-        from jobs.models import EngineVersion, Node
+        from django.conf import settings
+
+        from console import services
+        from jobs.images import registry
+        from jobs.images.recipes import MPI, SHIPPED
+        from jobs.models import Node
         from jobs.runtime.node_images import console_archive
 
-        version = next(version for version in EngineVersion.objects.exclude(image="")
-                       if f"/{args.image}:" in version.image)
-        archive = console_archive(version.image)
-        assert archive is not None, f"no archive of {version.image}: run make images"
-        node = Node.objects.get()
-        size = archive.stat().st_size / 2**20
-        print(f"{version.image}: {size:,.0f} MiB, {args.rounds} rounds, taking turns", flush=True)
-        times = asyncio.run(measure(node, version.image, archive, args.rounds))
-    best = {name: min(values) for name, values in times.items()}
-    rows = [[name, f"{best[name]:.1f}", f"{statistics.median(times[name]):.1f}", f"{size / best[name]:,.0f}",
-             f"{best[name] / best['floor']:.2f}"] for name in ("console", "streamed", "floor")]
-    print(f"\n{version.image} ({size:,.0f} MiB) onto a node that lacks it; {benchkit.load_line()} at the end")
-    print(benchkit.table(["way", "best s", "median s", "MiB/s", "x floor"], rows))
-    print("console: SFTP copy, then podman load --input; streamed: over one SSH channel into podman load; "
-          "floor: podman load --input of the archive in place")
+        reference = SHIPPED[args.image].reference
+        archive = console_archive(reference)
+        assert archive is not None and registry.pushed_digest(reference), f"{reference} is not built: run make images"
+        port = services.free_port()
+        server = registry.start(VAR / "image-registry.yml", port,
+                                registry.config(registry.storage_dir(), port, read_only=True), VAR / "image-registry.log")
+        settings.IMAGE_REGISTRY_PORT = port
+        try:
+            node = Node.objects.get()
+            size = archive.stat().st_size / 2**20
+            print(f"{reference}: archive {size:,.0f} MiB, {args.rounds} rounds, taking turns", flush=True)
+            times, received = asyncio.run(measure(node, reference, MPI.reference, archive, args.rounds))
+        finally:
+            registry.stop(server)
+    best = {way: min(values) for way, values in times.items()}
+    rows = [[way, f"{best[way]:.1f}", f"{statistics.median(times[way]):.1f}",
+             f"{received[way]:,}" if way in received else (f"{size:,.0f}" if way == "archive" else "0"),
+             f"{best[way] / best['floor']:.2f}"] for way in WAYS]
+    print(f"\n{reference} onto a node that lacks it; {benchkit.load_line()} at the end")
+    print(benchkit.table(["way", "best s", "median s", "MiB sent", "x floor"], rows))
+    print("archive: SFTP copy, then podman load --input; pull: the layers the node lacks from the console's registry "
+          "(zstd), through a port its SSH server forwards; floor: podman load --input of the archive in place")
 
 
 if __name__ == "__main__":

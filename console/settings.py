@@ -400,6 +400,10 @@ RANK_EXIT_GRACE_SECONDS = float(env_int("RANK_EXIT_GRACE_SECONDS", 60, minimum=0
 # node is added or enabled (jobs.runtime.image_prefetch). Off where something else gives the nodes their
 # images: the tests' and benchmarks' clusters load what they use themselves.
 IMAGE_PREFETCH = env_bool("IMAGE_PREFETCH", True)
+# The console's image registry (jobs.images.registry), read-only on this host's loopback at this port: a node
+# that lacks an engine image pulls the layers it lacks from it through a port its SSH server forwards back
+# (0, or no registry answering: the node gets the image's whole archive over SFTP).
+IMAGE_REGISTRY_PORT = env_int("IMAGE_REGISTRY_PORT", 5077, minimum=0)
 # How often worker-0's container is asked whether the program wrote a new checkpoint manifest (one that did
 # is uploaded and recorded at once: a lost worker then loses no more than the program's own interval).
 CHECKPOINT_LOOK_SECONDS = float(env_int("CHECKPOINT_LOOK_SECONDS", 5, minimum=1))

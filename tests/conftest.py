@@ -21,6 +21,7 @@ from django.db import connection
 from console import services
 from console.celery import app as celery_app
 from jobs import localcluster, localstore
+from jobs.images import registry
 from jobs.images.build import build
 from jobs.images.recipes import HOROVOD, MINDSPORE, MPI
 from jobs.launch.network_policy import policy_tables, removal
@@ -151,8 +152,23 @@ class CeleryWorker:
         self.start()
 
 
+# The tests' read-only image registry (as `make run` starts one), over the images' registry folder.
+IMAGE_REGISTRY_PORT = 15077 + RUN_ID
+
+
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
+def image_registry():
+    TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
+    settings.IMAGE_REGISTRY_PORT = IMAGE_REGISTRY_PORT
+    text = registry.config(registry.storage_dir(), IMAGE_REGISTRY_PORT, read_only=True)
+    server = registry.start(TEST_OUTPUT / f"image-registry-{RUN_ID}.yml", IMAGE_REGISTRY_PORT, text,
+                            TEST_OUTPUT / f"image-registry-{RUN_ID}.log")
+    yield IMAGE_REGISTRY_PORT
+    registry.stop(server)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster, image_registry):
     TEST_OUTPUT.mkdir(parents=True, exist_ok=True)
     settings.NODE_WORK_ROOT = TEST_NODE_WORK_ROOT
     env = {**_worker_database_env(), "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url,
@@ -168,7 +184,7 @@ def celery_worker(django_db_setup, django_db_blocker, redis_url, local_cluster):
            # A failed job's hold for debugging counts seconds, not minutes (the maximum a job may ask is unchanged).
            "DEBUG_HOLD_MINUTE_SECONDS": "1",
            # The tests load the images they use themselves; a prefetch would copy the others under every test.
-           "IMAGE_PREFETCH": "0"}
+           "IMAGE_PREFETCH": "0", "IMAGE_REGISTRY_PORT": str(image_registry)}
     worker = CeleryWorker(env, TEST_OUTPUT / f"celery-worker-{RUN_ID}.log")
     worker.start()
     STARTED_WORKERS.append(worker)

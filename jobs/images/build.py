@@ -1,9 +1,11 @@
 """Building the shipped images on the console's host, offline but for Debian's packages, idempotently.
 
-A build is: debootstrap --variant=minbase with the recipe's packages into a scratch folder, `podman
-import` of that tree as the root-filesystem image, `podman build` of the recipe's Containerfile on top,
-and `podman save` into the archive nodes are given. Each step is skipped when its result for this
-recipe hash is already there, so a second build of an unchanged recipe costs a few `podman` calls.
+A build is: the recipe's parent image first (the base all engine images share), or, for the base,
+debootstrap --variant=minbase with its packages into a scratch folder and `podman import` of that tree as
+its root-filesystem image; then `podman build` of the recipe's Containerfile on top, `podman save` into the
+archive nodes may be given, and a push into the console's registry (jobs.images.registry), from which nodes
+pull the layers they lack. Each step is skipped when its result for this recipe hash is already there, so a
+second build of an unchanged recipe costs a few `podman` calls.
 
 A recipe with Python packages gets them as wheels made here first, with this host's pip and its
 configuration (local wheels, CA, constraints) and Debian's /usr/bin/python3 (the image's Python 3.11
@@ -23,7 +25,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from jobs.images.recipes import DEBIAN_MIRROR, DEBIAN_SUITE, ImageRecipe, SourceWheel
+from jobs.images import registry
+from jobs.images.recipes import DEBIAN_MIRROR, DEBIAN_SUITE, ImageRecipe, SourceWheel, archive_name_of
 
 CONTAINERS_CONF = Path(__file__).resolve().parent / "containers.conf"
 
@@ -58,37 +61,58 @@ def image_exists(reference: str) -> bool:
 
 
 def build(recipe: ImageRecipe, say: Progress = print) -> Path:
-    """The recipe's image archive, built if this recipe hash has none yet."""
+    """The recipe's image archive, built if this recipe hash has none yet, and the image in the console's registry
+    (jobs.images.registry) where this host has one."""
     archive = archive_path(recipe)
     if archive.is_file():
         say(f"{recipe.reference}: up to date ({archive.name})")
-        return archive
+    else:
+        started = time.monotonic()
+        _image(recipe, say)
+        say(f"{recipe.reference}: saving {archive.name}")
+        partial = archive.with_suffix(".tar.partial")
+        partial.unlink(missing_ok=True)
+        podman("save", "--format", "docker-archive", "-o", str(partial), recipe.reference)
+        partial.replace(archive)
+        for stale in images_dir().glob(f"{recipe.name}_*.tar"):
+            if stale != archive:
+                stale.unlink()
+        say(f"{recipe.reference}: built in {time.monotonic() - started:.0f} s, {archive.stat().st_size / 2**20:.0f} MiB")
+    registry.publish(recipe.reference, _push, say)
+    for stale in images_dir().glob(f"{recipe.name}_*.digest"):
+        if stale != registry.digest_path(recipe.reference):
+            stale.unlink()
+    return archive
+
+
+def _push(source: str, destination: str, digest_file: Path) -> None:
+    if not image_exists(source):  # an archive kept from an earlier build, its builder's store since emptied
+        podman("load", "--quiet", "--input", str(images_dir() / archive_name_of(source)))
+    # zstd: a node's pull spends its time unpacking layers, and zstd unpacks several times faster than gzip.
+    podman("push", "--quiet", "--tls-verify=false", "--compression-format", "zstd", "--digestfile", str(digest_file),
+           source, destination)
+
+
+def _image(recipe: ImageRecipe, say: Progress) -> None:
+    """The recipe's image in the builder's store, its parent's built first."""
+    if image_exists(recipe.reference):
+        return
     for tool in ("podman", "debootstrap"):
         if shutil.which(tool) is None:
             raise ImageBuildError(f"{tool} is not installed (make run and make test install it)")
     images_dir().mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    if not image_exists(recipe.reference):
-        if not image_exists(recipe.base_reference):
-            _root_filesystem(recipe, say)
-        context = recipe.folder
-        if recipe.wheels or recipe.source_wheels:
-            context = _context_with_wheels(recipe, _wheels(recipe, say))
-        say(f"{recipe.reference}: podman build {recipe.containerfile.relative_to(recipe.folder.parents[1])}")
-        podman("build", "--network", "none", "--build-arg", f"BASE={recipe.base_reference}",
-               "-t", recipe.reference, "-f", str(recipe.containerfile), str(context))
-        if context != recipe.folder:
-            shutil.rmtree(context, ignore_errors=True)
-    say(f"{recipe.reference}: saving {archive.name}")
-    partial = archive.with_suffix(".tar.partial")
-    partial.unlink(missing_ok=True)
-    podman("save", "--format", "docker-archive", "-o", str(partial), recipe.reference)
-    partial.replace(archive)
-    for stale in images_dir().glob(f"{recipe.name}_*.tar"):
-        if stale != archive:
-            stale.unlink()
-    say(f"{recipe.reference}: built in {time.monotonic() - started:.0f} s, {archive.stat().st_size / 2**20:.0f} MiB")
-    return archive
+    if recipe.parent is not None:
+        _image(recipe.parent, say)
+    elif not image_exists(recipe.base_reference):
+        _root_filesystem(recipe, say)
+    context = recipe.folder
+    if recipe.wheels or recipe.source_wheels:
+        context = _context_with_wheels(recipe, _wheels(recipe, say))
+    say(f"{recipe.reference}: podman build {recipe.containerfile.relative_to(recipe.folder.parents[1])}")
+    podman("build", "--network", "none", "--build-arg", f"BASE={recipe.base_reference}",
+           "-t", recipe.reference, "-f", str(recipe.containerfile), str(context))
+    if context != recipe.folder:
+        shutil.rmtree(context, ignore_errors=True)
 
 
 def _root_filesystem(recipe: ImageRecipe, say: Progress) -> None:

@@ -30,6 +30,10 @@ class ImageRecipe:
     # constraints) and installed offline in the image from the build context's wheels/ folder.
     wheels: tuple[str, ...] = ()  # requirements taken as binary wheels (pip download)
     source_wheels: tuple["SourceWheel", ...] = ()  # built here from their sdist, patched
+    # The image this one is built on (FROM), instead of a root filesystem of its own: images that share
+    # their parent share its layers, so a node that holds one takes only the others' own layers from the
+    # console's registry (jobs.images.registry).
+    parent: "ImageRecipe | None" = None
 
     @property
     def folder(self) -> Path:
@@ -44,6 +48,8 @@ class ImageRecipe:
         digest = hashlib.sha256()
         for part in (self.name, self.version, DEBIAN_SUITE, " ".join(sorted(self.packages))):
             digest.update(part.encode() + b"\0")
+        if self.parent is not None:
+            digest.update(b"parent " + self.parent.recipe_hash().encode() + b"\0")
         if self.wheels or self.source_wheels:  # (absent from recipes without wheels: their hash is unchanged)
             digest.update(repr((self.wheels, self.source_wheels)).encode() + b"\0")
         for path in sorted(self.folder.rglob("*")):
@@ -65,6 +71,9 @@ class ImageRecipe:
 
     @property
     def base_reference(self) -> str:
+        """What the Containerfile's FROM is given: the parent's image, or this recipe's own root filesystem."""
+        if self.parent is not None:
+            return self.parent.reference
         return f"{REGISTRY_PREFIX}/{self.name}-rootfs:{self.tag}"
 
     def archive_name(self) -> str:
@@ -78,21 +87,31 @@ def _machine() -> str:
 # What takes a live rank's Python stacks (`py-spy dump --pid PID`) for a job's evidence (jobs.runtime.evidence).
 PY_SPY = "py-spy==0.4.2"
 
-MPI = ImageRecipe(
-    name="mpi",
-    version=f"openmpi_4.1-mpi4py-py_3.11-debian_12-{_machine()}",
+# What every engine image holds, in one image they are all built on (their shared layers): Open MPI and OpenSSH
+# (mpirun and the worker's sshd), Python 3.11 with mpi4py and numpy, libgomp (MindSpore's CPU kernels use
+# OpenMP and its wheel does not bundle it), the job's account ma-user, and py-spy.
+BASE = ImageRecipe(
+    name="base",
+    version=f"openmpi_4.1-py_3.11-debian_12-{_machine()}",
     packages=("openmpi-bin", "openssh-server", "openssh-client", "python3", "python3-mpi4py", "python3-numpy",
-              "procps", "ca-certificates", "python3-pip"),
+              "procps", "ca-certificates", "python3-pip", "libgomp1"),
     # py-spy (its wheel ships the binary): the evidence of a failed or hung job holds each live rank's stacks.
     wheels=(PY_SPY,),
 )
 
-_RUNTIME = ("openmpi-bin", "openssh-server", "openssh-client", "python3", "python3-pip", "procps", "ca-certificates")
+MPI = ImageRecipe(
+    name="mpi",
+    version=f"openmpi_4.1-mpi4py-py_3.11-debian_12-{_machine()}",
+    packages=(),
+    parent=BASE,
+)
 
 HOROVOD = ImageRecipe(
     name="horovod",
     version=f"horovod_0.28.1-pytorch_2.13.0-cpu-py_3.11-debian_12-{_machine()}",
-    packages=_RUNTIME,
+    packages=(),
+    parent=BASE,
+    # (py-spy is the base's; kept here so that these wheels, built once per machine, are not made again.)
     wheels=("torch==2.13.0", "numpy<2", "cloudpickle", "psutil", "pyyaml", "packaging", PY_SPY),
     source_wheels=(SourceWheel(
         requirement="horovod==0.28.1",
@@ -108,7 +127,8 @@ HOROVOD = ImageRecipe(
 MINDSPORE = ImageRecipe(
     name="mindspore",
     version=f"mindspore_2.10.0-cpu-py_3.11-debian_12-{_machine()}",
-    packages=(*_RUNTIME, "libgomp1"),  # its CPU kernels use OpenMP (the wheel does not bundle libgomp)
+    packages=(),
+    parent=BASE,
     # Without the pin pip takes numpy 2.x, which MindSpore 2.10.0's compiled parts cannot use.
     wheels=("mindspore==2.10.0", "numpy<2", PY_SPY),
 )

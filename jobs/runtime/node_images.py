@@ -1,5 +1,7 @@
-"""Engine images on nodes: a node that lacks a job's image gets it from the console over SFTP (real GPU
-sites are often air-gapped), or pulls it when the console holds no archive of it (a registry image)."""
+"""Engine images on nodes: a node that lacks a job's image pulls the layers it lacks from the console's registry
+through its SSH connection (jobs.images.registry; real GPU sites are often air-gapped), or, where the console has
+no registry or the node's SSH server forwards no port, gets the image's archive over SFTP; an image the console
+holds in neither way (a registry image of the admin's) the node pulls from where its name says."""
 
 import asyncio
 import secrets
@@ -11,7 +13,9 @@ from pathlib import Path
 import asyncssh
 from django.conf import settings
 
+from jobs.images import registry
 from jobs.images.recipes import archive_name_of
+from jobs.runtime.image_relay import CountingRelay
 from jobs.runtime.ssh import NodeError, run_checked
 
 # Where a node keeps an image archive while it loads it.
@@ -39,6 +43,13 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
     folder of the user the console logs in as), or pull it."""
     if await has_image(connection, reference):
         return
+    digest = registry.pushed_digest(reference)
+    if digest and settings.IMAGE_REGISTRY_PORT and registry.answers(settings.IMAGE_REGISTRY_PORT):
+        try:
+            await pull_from_console(connection, label, reference, digest, say)
+            return
+        except asyncssh.ChannelListenError as refused:
+            await say(f"{label} forwards no port to the console's registry ({refused}): copying the archive")
     archive = console_archive(reference)
     if archive is None:
         await say(f"{label} has no {reference}: pulling it")
@@ -78,3 +89,41 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
                           timeout=1800)
     finally:
         await connection.run(shlex.join(["rm", "-f", remote]), check=False)
+
+
+async def pull_from_console(connection: asyncssh.SSHClientConnection, label: str, reference: str, digest: str,
+                            say: Say) -> None:
+    """Pull the image by its digest from the console's registry, through a port the node's SSH server forwards to
+    it for this pull alone, then give it its usual name. Only the layers the node lacks travel."""
+    relay = await CountingRelay.start("127.0.0.1", settings.IMAGE_REGISTRY_PORT)
+    try:
+        listener = await connection.forward_remote_port("127.0.0.1", 0, "127.0.0.1", relay.port)
+    except BaseException:
+        await relay.close()
+        raise
+    source = f"127.0.0.1:{listener.get_port()}/{registry.repository_of(reference)}@{digest}"
+    started = time.monotonic()
+
+    async def tell_progress() -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_SECONDS)
+            elapsed = time.monotonic() - started
+            await say(f"{label}: {relay.sent / 2**20:,.0f} MiB of {reference} received "
+                      f"({relay.sent / 2**20 / elapsed:,.0f} MiB/s)")
+
+    await say(f"{label} has no {reference}: pulling the layers it lacks from the console's registry")
+    teller = asyncio.create_task(tell_progress())
+    try:
+        # (No TLS: the connection is the SSH session's own, and the digest pins every byte of the image.)
+        output = await run_checked(connection, label, f"pulling {reference}",
+                                   ["podman", "pull", "--quiet", "--tls-verify=false", source], timeout=1800)
+    finally:
+        teller.cancel()
+        listener.close()
+        await relay.close()
+    image_id = output.strip().splitlines()[-1] if output.strip() else ""
+    if not image_id:
+        raise NodeError(label, f"pulling {reference}", "podman pull named no image")
+    await run_checked(connection, label, f"naming {reference}", ["podman", "tag", image_id, reference])
+    await say(f"{label}: {reference} pulled, {relay.sent / 2**20:,.0f} MiB received in "
+              f"{time.monotonic() - started:.0f} s")

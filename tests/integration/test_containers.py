@@ -119,7 +119,7 @@ def test_a_node_without_the_image_gets_it_from_the_console_and_the_job_runs(api,
 
     wait_for(job, [JobStatus.COMPLETED])
     service = "\n".join(job.log_lines.filter(stream="system").values_list("text", flat=True))
-    assert "copying it from the console" in service
+    assert "pulling the layers it lacks from the console's registry" in service
     for node in console["cluster"]:
         assert on_node(node, f"podman image exists {MPI.reference} && echo yes || echo no").strip() == "yes"
 

@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand
 from console import services
 from console.supervisor import Supervisor, end_with_parent
 from jobs import localcluster, localstore
+from jobs.images import registry
 from jobs.management.commands.localstore import other_store_configured
 from jobs.management.process_watch import ProcessWatch
 from jobs.models import ConsoleProcess
@@ -37,6 +38,21 @@ class Command(BaseCommand):
         children.add("object store", lambda: services.start_object_store(argv, nodes_reach, port,
                                                                          logs / "objectstore.log", end_with_parent))
         call_command("localstore", "register", localstore.endpoint(nodes_reach, port), stdout=self.stdout)
+
+    def start_image_registry(self, children: Supervisor, logs: Path) -> None:
+        """The read-only registry nodes pull the engine images' layers from (jobs.images.registry)."""
+        port = settings.IMAGE_REGISTRY_PORT
+        if not port or registry.binary() is None:
+            self.stdout.write("no image registry (IMAGE_REGISTRY_PORT is 0, or docker-registry is not installed): "
+                              "nodes get whole image archives")
+            return
+        if services.port_answers("127.0.0.1", port):
+            self.stdout.write(f"using the image registry that answers on 127.0.0.1:{port}")
+            return
+        self.stdout.write(f"starting the image registry on 127.0.0.1:{port}")
+        text = registry.config(registry.storage_dir(), port, read_only=True)
+        children.add("image registry", lambda: registry.start(settings.VAR_DIR / "image-registry.yml", port, text,
+                                                              logs / "image-registry.log", end_with_parent))
 
     help = "Migrate, seed, bring up the local cluster, Redis (if none answers), a Celery worker and the web server."
 
@@ -76,6 +92,7 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"starting Redis on {redis_host}:{redis_port}")
                 children.add("redis", lambda: services.start_redis(redis_port, logs / "redis.log", end_with_parent))
+            self.start_image_registry(children, logs)
             if cluster_up and not other_store_configured():
                 self.start_object_store(children, logs, nodes_reach=localcluster.gateway(settings.LOCALCLUSTER_SUBNET))
             # Runs and control work in worker processes of their own (console/settings.py, CELERY_TASK_QUEUES):
