@@ -74,6 +74,7 @@ def build(recipe: ImageRecipe, say: Progress = print) -> Path:
         partial.unlink(missing_ok=True)
         podman("save", "--format", "docker-archive", "-o", str(partial), recipe.reference)
         partial.replace(archive)
+        registry.forget(recipe.reference)  # (a digest kept from an earlier build of this tag is not this image's)
         for stale in images_dir().glob(f"{recipe.name}_*.tar"):
             if stale != archive:
                 stale.unlink()

@@ -15,21 +15,30 @@ How it is kept safe and offline:
   for the push and stops after it.
 """
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 
+from console.services import free_port, port_answers, wait_for_port
 from jobs.images.recipes import REGISTRY_PREFIX, archive_name_of
 
 Progress = Callable[[str], None]
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# What a node's pull of the console's images asks the registry, and nothing else (jobs.runtime.image_relay): its
+# ping, then manifests and blobs, each by digest, of the console's own repositories.
+PULL_REQUEST = re.compile(
+    rb"(?:GET|HEAD) /v2/(?:" + re.escape(REGISTRY_PREFIX.split("/", 1)[1].encode())
+    + rb"/[a-z0-9._-]+/(?:manifests|blobs)/sha256:[0-9a-f]{64})? HTTP/1\.1\r\n")
 
 
 class RegistryError(RuntimeError):
@@ -56,12 +65,20 @@ def digest_path(reference: str) -> Path:
 
 
 def pushed_digest(reference: str) -> str | None:
-    """The manifest digest the image was pushed as (`sha256:...`), or None where it was not pushed."""
+    """The manifest digest the console's own image was pushed as (`sha256:...`), or None where it was not pushed
+    (or the reference is not one of the console's: another registry's image of the same name and tag is not it)."""
+    if not reference.startswith(REGISTRY_PREFIX + "/"):
+        return None
     try:
         text = digest_path(reference).read_text().strip()
     except OSError:
         return None
-    return text if text.startswith("sha256:") and len(text) == 71 else None
+    return text if DIGEST.fullmatch(text) else None
+
+
+def forget(reference: str) -> None:
+    """The image was built again: what was pushed before under its name is not it."""
+    digest_path(reference).unlink(missing_ok=True)
 
 
 def config(storage: Path, port: int, *, read_only: bool) -> str:
@@ -91,21 +108,17 @@ def start(config_file: Path, port: int, text: str, log_path: Path,
     with open(log_path, "ab") as log:
         process = subprocess.Popen([found, "serve", str(config_file)], stdout=log, stderr=subprocess.STDOUT,
                                    preexec_fn=preexec_fn)
-    deadline = time.monotonic() + 30
-    while not answers(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            raise RegistryError(f"the image registry did not answer on 127.0.0.1:{port} (see {log_path})")
-        time.sleep(0.1)
+    try:
+        # Its own answer, not another's on the port: a server that could not listen has exited by then.
+        wait_for_port("127.0.0.1", port, 30, process)
+    except RuntimeError as error:
+        stop(process)
+        raise RegistryError(f"the image registry did not start on 127.0.0.1:{port}: {error} (see {log_path})") from None
     return process
 
 
 def answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+    return port_answers("127.0.0.1", port)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -118,35 +131,39 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def publish(reference: str, push: Callable[[str, str, Path], None], say: Progress) -> str | None:
     """Push the image to the registry's folder once (its digest kept beside its archive); None where this host
-    has no docker-registry (nodes then get the archive)."""
-    known = pushed_digest(reference)
-    if known:
-        return known
+    has no docker-registry or the push failed (nodes then get the archive)."""
     if binary() is None:
         say(f"{reference}: not in a registry (docker-registry is not installed): nodes get its archive")
         return None
-    port = free_port()
     folder = Path(settings.IMAGES_DIR)
-    server = start(folder / "registry-push.yml", port, config(storage_dir(), port, read_only=False),
-                   folder / "registry-push.log")
-    digest_file = digest_path(reference)
-    partial = digest_file.with_suffix(".digest.partial")
-    started = time.monotonic()
-    try:
-        push(reference, f"127.0.0.1:{port}/{repository_of(reference)}:{reference.rpartition(':')[2]}", partial)
-    finally:
-        stop(server)
-    os.replace(partial, digest_file)
+    # One push at a time on this host (make run beside make test, two test runs): each its own server and files.
+    with open(folder / "registry.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        known = pushed_digest(reference)
+        if known:
+            return known
+        port = free_port()
+        started = time.monotonic()
+        descriptor, partial = tempfile.mkstemp(dir=folder, prefix=".digest-")
+        os.close(descriptor)
+        try:
+            server = start(folder / "registry-push.yml", port, config(storage_dir(), port, read_only=False),
+                           folder / "registry-push.log")
+            try:
+                push(reference, f"127.0.0.1:{port}/{repository_of(reference)}:{reference.rpartition(':')[2]}",
+                     Path(partial))
+            finally:
+                stop(server)
+            if not DIGEST.fullmatch(Path(partial).read_text().strip()):
+                raise RegistryError(f"the push of {reference} wrote no digest")
+            os.replace(partial, digest_path(reference))
+        except (RegistryError, RuntimeError, OSError) as error:
+            say(f"{reference}: not in the console's registry ({error}): nodes get its archive")
+            return None
+        finally:
+            Path(partial).unlink(missing_ok=True)
     digest = pushed_digest(reference)
-    if digest is None:
-        raise RegistryError(f"the push of {reference} wrote no digest to {digest_file}")
-    say(f"{reference}: in the console's registry as {digest[:19]}... ({time.monotonic() - started:.0f} s)")
+    say(f"{reference}: in the console's registry as {str(digest)[:19]}... ({time.monotonic() - started:.0f} s)")
     return digest

@@ -4,6 +4,9 @@ no registry or the node's SSH server forwards no port, gets the image's archive 
 holds in neither way (a registry image of the admin's) the node pulls from where its name says."""
 
 import asyncio
+import contextlib
+import logging
+import re
 import secrets
 import shlex
 import time
@@ -18,6 +21,8 @@ from jobs.images.recipes import archive_name_of
 from jobs.runtime.image_relay import CountingRelay
 from jobs.runtime.ssh import NodeError, run_checked
 
+logger = logging.getLogger(__name__)
+IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 # Where a node keeps an image archive while it loads it.
 NODE_IMAGE_CACHE = "/var/lib/training-console/image-cache"
 # How often a copy of an image to a node says how far it is.
@@ -44,19 +49,31 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
     if await has_image(connection, reference):
         return
     digest = registry.pushed_digest(reference)
-    if digest and settings.IMAGE_REGISTRY_PORT and registry.answers(settings.IMAGE_REGISTRY_PORT):
+    if digest and settings.IMAGE_REGISTRY_PORT and await _registry_answers(settings.IMAGE_REGISTRY_PORT):
         try:
             await pull_from_console(connection, label, reference, digest, say)
             return
         except asyncssh.ChannelListenError as refused:
             await say(f"{label} forwards no port to the console's registry ({refused}): copying the archive")
+        except NodeError as failed:
+            if console_archive(reference) is None:
+                raise
+            # (A node's own registry policy, a proxy that takes loopback too: the archive needs none of them.)
+            await say(f"{label} could not pull {reference} from the console's registry: copying the archive")
+            logger.warning("%s", failed)
     archive = console_archive(reference)
     if archive is None:
         await say(f"{label} has no {reference}: pulling it")
         await run_checked(connection, label, f"pulling {reference}", ["podman", "pull", "--quiet", reference],
                           timeout=1800)
         return
-    size_mib = archive.stat().st_size / 2**20
+    await copy_archive(connection, label, reference, archive, say, cache)
+
+
+async def copy_archive(connection: asyncssh.SSHClientConnection, label: str, reference: str, archive: Path, say: Say,
+                       cache: str) -> None:
+    """Copy the image's whole archive into the node's `cache` over SFTP, saying how far it is, and load it."""
+    size_mib = (await asyncio.to_thread(archive.stat)).st_size / 2**20
     await say(f"{label} has no {reference}: copying it from the console ({size_mib:,.0f} MiB)")
     # A name of this copy's own: several console processes may copy the same image to one node at once.
     remote = f"{cache}/{archive.name}.{secrets.token_hex(8)}"
@@ -91,17 +108,23 @@ async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, ref
         await connection.run(shlex.join(["rm", "-f", remote]), check=False)
 
 
+async def _registry_answers(port: int) -> bool:
+    try:
+        _reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 2)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
 async def pull_from_console(connection: asyncssh.SSHClientConnection, label: str, reference: str, digest: str,
                             say: Say) -> None:
     """Pull the image by its digest from the console's registry, through a port the node's SSH server forwards to
     it for this pull alone, then give it its usual name. Only the layers the node lacks travel."""
-    relay = await CountingRelay.start("127.0.0.1", settings.IMAGE_REGISTRY_PORT)
-    try:
-        listener = await connection.forward_remote_port("127.0.0.1", 0, "127.0.0.1", relay.port)
-    except BaseException:
-        await relay.close()
-        raise
-    source = f"127.0.0.1:{listener.get_port()}/{registry.repository_of(reference)}@{digest}"
+    repository = registry.repository_of(reference)
+    relay = await CountingRelay.start("127.0.0.1", settings.IMAGE_REGISTRY_PORT, registry.PULL_REQUEST)
+    listener: asyncssh.SSHListener | None = None
+    teller: asyncio.Task[None] | None = None
     started = time.monotonic()
 
     async def tell_progress() -> None:
@@ -111,19 +134,26 @@ async def pull_from_console(connection: asyncssh.SSHClientConnection, label: str
             await say(f"{label}: {relay.sent / 2**20:,.0f} MiB of {reference} received "
                       f"({relay.sent / 2**20 / elapsed:,.0f} MiB/s)")
 
-    await say(f"{label} has no {reference}: pulling the layers it lacks from the console's registry")
-    teller = asyncio.create_task(tell_progress())
     try:
-        # (No TLS: the connection is the SSH session's own, and the digest pins every byte of the image.)
+        listener = await connection.forward_remote_port("127.0.0.1", 0, "127.0.0.1", relay.port)
+        source = f"127.0.0.1:{listener.get_port()}/{repository}@{digest}"
+        await say(f"{label} has no {reference}: pulling the layers it lacks from the console's registry")
+        teller = asyncio.create_task(tell_progress())
+        # (No TLS: the bytes travel in the SSH session, and the digest pins every one of them.)
         output = await run_checked(connection, label, f"pulling {reference}",
                                    ["podman", "pull", "--quiet", "--tls-verify=false", source], timeout=1800)
     finally:
-        teller.cancel()
-        listener.close()
+        if teller is not None:
+            teller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await teller
+        if listener is not None:
+            listener.close()
+            await listener.wait_closed()
         await relay.close()
     image_id = output.strip().splitlines()[-1] if output.strip() else ""
-    if not image_id:
-        raise NodeError(label, f"pulling {reference}", "podman pull named no image")
+    if not IMAGE_ID.fullmatch(image_id):
+        raise NodeError(label, f"pulling {reference}", f"podman pull named no image ({image_id[:80]!r})")
     await run_checked(connection, label, f"naming {reference}", ["podman", "tag", image_id, reference])
     await say(f"{label}: {reference} pulled, {relay.sent / 2**20:,.0f} MiB received in "
               f"{time.monotonic() - started:.0f} s")

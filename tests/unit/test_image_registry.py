@@ -16,6 +16,7 @@ from jobs.runtime import node_images
 from jobs.runtime.image_relay import CountingRelay
 
 DIGEST = "sha256:" + "ab" * 32
+IMAGE_ID = "cd" * 32
 
 
 def test_every_engine_image_is_built_on_the_one_base_that_holds_mpi_ssh_and_py_spy():
@@ -70,14 +71,36 @@ def test_an_image_is_pushed_once_and_never_where_no_registry_is_installed(settin
     assert registry.publish(MPI.reference, push, said.append) is None
     assert pushes == [] and "nodes get its archive" in said[-1]
 
+    monkeypatch.setattr(registry, "binary", lambda: "/usr/bin/docker-registry")
     registry.digest_path(MPI.reference).write_text(DIGEST)
     assert registry.publish(MPI.reference, push, said.append) == DIGEST
     assert pushes == [], "a digest on record means the registry has the image"
+    registry.forget(MPI.reference)
+    assert registry.pushed_digest(MPI.reference) is None, "a rebuilt image forgets the digest of the one before"
 
 
-async def _serve_bytes(size: int) -> asyncio.Server:
+def test_a_digest_is_never_taken_for_an_image_of_another_registry_with_the_same_name_and_tag(settings, tmp_path):
+    settings.IMAGES_DIR = str(tmp_path)
+    registry.digest_path(MPI.reference).write_text(DIGEST)
+    assert registry.pushed_digest("quay.io/someone/" + MPI.reference.rsplit("/", 1)[1]) is None
+
+
+def test_a_pull_asks_only_for_the_registrys_ping_and_the_consoles_images_by_digest():
+    allowed = registry.PULL_REQUEST
+    assert allowed.match(b"GET /v2/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert allowed.match(f"HEAD /v2/training-console/mpi/manifests/{DIGEST} HTTP/1.1\r\n".encode())
+    assert allowed.match(f"GET /v2/training-console/horovod/blobs/{DIGEST} HTTP/1.1\r\n".encode())
+    for refused in (b"POST /v2/training-console/mpi/blobs/uploads/ HTTP/1.1\r\n",
+                    b"GET /v2/training-console/mpi/manifests/latest HTTP/1.1\r\n",
+                    b"GET /v2/_catalog HTTP/1.1\r\n",
+                    f"GET /v2/other/mpi/blobs/{DIGEST} HTTP/1.1\r\n".encode(),
+                    b"\x16\x03\x01\x02\x00\x01"):  # a TLS hello
+        assert not allowed.match(refused), refused
+
+
+async def _upstream(size: int, heard: list[bytes]) -> asyncio.Server:
     async def answer(reader, writer):
-        await reader.read(100)
+        heard.append(await reader.read(1000))
         writer.write(b"x" * size)
         await writer.drain()
         writer.close()
@@ -85,40 +108,66 @@ async def _serve_bytes(size: int) -> asyncio.Server:
     return await asyncio.start_server(answer, "127.0.0.1", 0)
 
 
-def test_the_relay_passes_every_byte_through_and_counts_what_the_registry_sent():
-    async def through_relay() -> tuple[int, int]:
-        upstream = await _serve_bytes(3 * 2**20 + 7)
-        relay = await CountingRelay.start("127.0.0.1", upstream.sockets[0].getsockname()[1])
+def test_the_relay_passes_a_pulls_requests_and_every_byte_back_and_counts_what_the_registry_sent():
+    async def through_relay() -> tuple[int, int, list[bytes]]:
+        heard: list[bytes] = []
+        upstream = await _upstream(3 * 2**20 + 7, heard)
+        relay = await CountingRelay.start("127.0.0.1", upstream.sockets[0].getsockname()[1], registry.PULL_REQUEST)
         reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
-        writer.write(b"GET /v2/ HTTP/1.1\r\n\r\n")
+        writer.write(b"GET /v2/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         await writer.drain()
         received = len(await reader.read())
         writer.close()
         await relay.close()
         upstream.close()
-        return received, relay.sent
+        return received, relay.sent, heard
 
-    received, counted = asyncio.run(through_relay())
+    received, counted, heard = asyncio.run(through_relay())
     assert received == counted == 3 * 2**20 + 7
+    assert heard == [b"GET /v2/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"]
+
+
+def test_the_relay_closes_a_connection_that_asks_to_push_and_passes_none_of_it():
+    async def push_through_relay() -> tuple[bytes, int, list[bytes]]:
+        heard: list[bytes] = []
+        upstream = await _upstream(10, heard)
+        relay = await CountingRelay.start("127.0.0.1", upstream.sockets[0].getsockname()[1], registry.PULL_REQUEST)
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        writer.write(b"POST /v2/training-console/mpi/blobs/uploads/ HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await relay.close()
+        upstream.close()
+        return answer, relay.refused, heard
+
+    answer, refused, heard = asyncio.run(push_through_relay())
+    assert refused == 1 and b"POST" not in b"".join(heard)
+    assert answer == b"" or answer == b"x" * 10  # (the upstream may have answered the connection itself, empty)
 
 
 class PullingNode:
     """A node's SSH side: what it was told to run, and whether its SSH server forwards a port back."""
 
-    def __init__(self, forwards: bool):
-        self.forwards, self.commands, self.listeners = forwards, [], []
+    def __init__(self, forwards: bool, pull_fails: bool = False):
+        self.forwards, self.pull_fails, self.commands, self.listeners = forwards, pull_fails, [], []
 
     async def run(self, command, check=False, timeout=None, **_):
         self.commands.append(command)
         if command.startswith("podman image exists"):
             return SimpleNamespace(exit_status=1, stdout="", stderr="")
-        return SimpleNamespace(exit_status=0, stdout="0123abcd\n" if command.startswith("podman pull") else "",
+        if command.startswith("podman pull") and self.pull_fails:
+            return SimpleNamespace(exit_status=125, stdout="", stderr="Error: proxyconnect tcp: dial tcp: refused")
+        return SimpleNamespace(exit_status=0, stdout=IMAGE_ID + "\n" if command.startswith("podman pull") else "",
                                stderr="")
 
     async def forward_remote_port(self, listen_host, listen_port, dest_host, dest_port):
         if not self.forwards:
             raise asyncssh.ChannelListenError("remote port forwarding refused")
-        listener = SimpleNamespace(get_port=lambda: 41999, close=lambda: self.listeners.append("closed"),
+        async def wait_closed():
+            self.listeners.append("closed")
+
+        listener = SimpleNamespace(get_port=lambda: 41999, close=lambda: None, wait_closed=wait_closed,
                                    to=(listen_host, listen_port, dest_host, dest_port))
         self.listeners.append(listener)
         return listener
@@ -165,7 +214,7 @@ def test_a_node_pulls_the_image_by_its_digest_through_a_port_forwarded_for_the_p
 
     asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
     pull = f"podman pull --quiet --tls-verify=false 127.0.0.1:41999/training-console/mpi@{DIGEST}"
-    assert node.commands[1:] == [pull, f"podman tag 0123abcd {MPI.reference}"]
+    assert node.commands[1:] == [pull, f"podman tag {IMAGE_ID} {MPI.reference}"]
     assert node.listeners[0].to[:2] == ("127.0.0.1", 0), "the node listens on its loopback, on a port of its choice"
     assert node.listeners[-1] == "closed", "the forwarded port is closed after the pull"
     assert "pulling the layers it lacks from the console's registry" in said[0] and "pulled" in said[-1]
@@ -196,3 +245,16 @@ def test_without_a_registry_answering_the_node_gets_the_archive(settings, tmp_pa
 
     asyncio.run(node_images.ensure_image(node, "node-1", MPI.reference, say))
     assert node.listeners == [] and any(command.startswith("podman load") for command in node.commands)
+
+
+def test_a_pull_that_fails_on_the_node_falls_back_to_the_archive(registry_answering):
+    node, said = PullingNode(forwards=True, pull_fails=True), []
+
+    async def say(text):
+        said.append(text)
+
+    asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
+    assert any(command.startswith("podman pull") for command in node.commands)
+    assert any(command.startswith("podman load") for command in node.commands)
+    assert any("could not pull" in text and "copying the archive" in text for text in said), said
+    assert node.listeners[-1] == "closed"
