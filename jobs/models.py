@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, NOTICE_SIGNALS
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
+from jobs.launch.data_paths import is_input
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
 from jobs.object_store.access import Reach, reach
@@ -903,8 +904,8 @@ class TrainingJob(models.Model):
         return tuple((str(item["name"]), str(item["value"])) for item in self.parameters)
 
     def shared_mounts(self) -> tuple[str, ...]:
-        """The shared file systems this job's data_url lies in: each mounted read-only at its own path."""
-        paths = [str(item["value"]).rstrip("/") or "/" for item in self.parameters if item.get("name") == "data_url"]
+        """The shared file systems this job's inputs lie in: each mounted read-only at its own path."""
+        paths = [str(item["value"]).rstrip("/") or "/" for item in self.parameters if is_input(str(item.get("name")))]
         found = {shared.path for path in paths if path.startswith("/")
                  if (shared := SharedPath.covering(path, self.pool_id)) is not None}
         return tuple(sorted(found))

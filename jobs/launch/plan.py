@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, checkpoint_variables
 from jobs.launch.command_builder import CommandError, LaunchCommand, LaunchInputs, build_launch_command, split_args
-from jobs.launch.data_paths import object_url_of, program_parameters, url_variables
+from jobs.launch.data_paths import object_inputs, object_url_of, program_parameters, url_variables
 from jobs.launch.platform_env import hosts_file_text, worker_environment
 
 
@@ -368,7 +368,7 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         command=command.expanded,
         rank_workers=tuple(rank_placement) if rank_placement else job_rank_workers(job),
         image=job.image,
-        stages_inputs=bool(object_url_of(job.parameters, "data_url")),
+        stages_inputs=bool(object_inputs(job.parameters)),
         read_only_mounts=job.read_only_mounts,
         predownloads_output=job.predownload and bool(object_url_of(job.parameters, "train_url")),
         keeps_checkpoints=bool(object_url_of(job.parameters, "train_url")),

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from jobs.launch.data_paths import is_data_location
 from jobs.models import FINAL_STATES, Storage, TrainingJob, UserStoreKeys
 from jobs.object_store.client import ObjectStore, StoreError
 from jobs.object_store.urls import BUCKET, parse_object_url
@@ -71,13 +72,13 @@ class StoreKeysForm(forms.Form):
 
 
 def jobs_reaching_with_keys(user, storage: Storage) -> list[int]:
-    """The user's jobs not yet over whose data_url or train_url is another bucket of this store: they reach it
+    """The user's jobs not yet over whose input (data_url, data_url_1 ...) or train_url is another bucket of this store: they reach it
     with the user's keys (at their start, and at each upload of their output), so removing the keys fails them."""
     own = storage.user_bucket(user.pk, user.get_username())
     found = []
     for job in TrainingJob.objects.filter(owner=user).exclude(status__in=FINAL_STATES).order_by("pk"):
         for name, value in job.parameter_pairs():
-            url = parse_object_url(value) if name in ("data_url", "train_url") else None
+            url = parse_object_url(value) if is_data_location(name) else None
             if url is not None and url.bucket != own and Storage.answering(url.scheme, job.pool_id) == storage:
                 found.append(job.pk)
                 break

@@ -18,7 +18,7 @@ import asyncssh
 from django.conf import settings
 
 from jobs.launch.checkpoint_contract import CHECKPOINT_FOLDER
-from jobs.launch.data_paths import DATA_URL_FOLDER, TRAIN_URL_FOLDER, object_url_of
+from jobs.launch.data_paths import TRAIN_URL_FOLDER, folder_of, object_inputs, object_url_of
 from jobs.launch.plan import WorkerPlan
 from jobs.logs.store import readable_size
 from jobs.models import Storage, TrainingJob
@@ -63,11 +63,15 @@ class Staging:
 
 
 def input_downloads(job_id: int) -> list[Download]:
-    """What each worker fetches for the job's data_url ([] when it names no object store)."""
-    downloads = _downloads(job_id, "data_url", DATA_URL_FOLDER)
-    if downloads is not None and not downloads:
-        raise NodeError("console", "listing the input", f"{object_url_of(_parameters(job_id), 'data_url')} holds no object")
-    return downloads or []
+    """What each worker fetches for the job's inputs, data_url and data_url_1 ... ([] when none names an object
+    store), each into its own folder."""
+    downloads: list[Download] = []
+    for name, text in object_inputs(_parameters(job_id)):
+        found = _downloads(job_id, name, folder_of(name))
+        if not found:
+            raise NodeError("console", f"listing {name}", f"{text} holds no object")
+        downloads += found
+    return downloads
 
 
 def output_downloads(job_id: int) -> list[Download]:

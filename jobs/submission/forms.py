@@ -24,6 +24,7 @@ from jobs.launch.command_builder import (
     interfaces_named,
     validate_extra_args,
 )
+from jobs.launch.data_paths import is_data_location, is_input
 from jobs.launch.masking import looks_secret
 from jobs.launch.platform_env import user_variable_problem
 from jobs.models import (
@@ -539,18 +540,18 @@ class TrainingJobForm(forms.Form):
                 self.add_error("resume_from_job", _("Job %(id)s saved no checkpoint to resume from.") % {"id": source_id})
 
     def _check_object_urls(self, cleaned: dict) -> None:
-        """An s3:// or obs:// data_url or train_url (a field, or a parameter of that name) the job could not use
-        is refused on the field it was typed in."""
+        """An s3:// or obs:// data_url, further input (data_url_1 ...) or train_url (a field, or a parameter of that
+        name) the job could not use is refused on the field it was typed in."""
         signed_in = self.user is not None and self.user.is_authenticated
         user_id, username = (self.user.pk, self.user.get_username()) if signed_in else (None, "")
         given = [(key, key, cleaned.get(key) or "") for key in ("data_url", "train_url")]
         given += [("parameters", str(item["name"]), str(item["value"])) for item in cleaned.get("parameters") or []
-                  if item.get("name") in ("data_url", "train_url")]
+                  if is_data_location(str(item.get("name")))]
         spec, node_count = cleaned.get("spec"), cleaned.get("node_count")
         # The nodes' disks are read only for a job with an object-store input: most submissions have none.
         room = (input_room(runnable_nodes(spec, cleaned.get("pool")).values_list("health", flat=True), node_count)
                 if spec is not None and node_count and "pool" not in self.errors
-                and any(key == "data_url" and has_scheme(text) for _field, key, text in given) else None)
+                and any(is_input(key) and has_scheme(text) for _field, key, text in given) else None)
         for field_name, key, text in given:
             if text and field_name not in self.errors:
                 problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"), room)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils.translation import gettext as _
 
+from jobs.launch.data_paths import is_input
 from jobs.logs.store import readable_size
 from jobs.models import ResourcePool, Storage
 from jobs.object_store.client import StoreError
@@ -38,7 +39,7 @@ def input_room(nodes_health: Iterable[object], node_count: int) -> InputRoom | N
 
 def object_url_problem(name: str, text: str, user_id: int | None, username: str, pool: ResourcePool | None,
                        input_room: InputRoom | None = None) -> str:
-    """Why `text`, typed as data_url or train_url, cannot be used ("" when it can, or when it is a path).
+    """Why `text`, typed as an input (data_url, data_url_1 ...) or train_url, cannot be used ("" when it can, or when it is a path).
     `input_room`: what the nodes the job may run on can hold of an input (None: not known)."""
     try:
         url = parse_object_url(text)
@@ -47,7 +48,7 @@ def object_url_problem(name: str, text: str, user_id: int | None, username: str,
         if user_id is None:
             return _("Sign in to use an object store.")
         where = Storage.reach_for(text, pool.pk if pool else None, user_id, username)
-        if name == "data_url":
+        if is_input(name):
             if not where.store.bucket_exists(url.bucket):
                 return _("Bucket %(bucket)s does not exist yet: put your data in it first.") % {
                     "bucket": url.bucket}

@@ -96,6 +96,30 @@ def test_a_two_node_job_reads_its_s3_input_on_every_worker_and_leaves_its_output
         assert access.secret_key not in text and access.access_key not in text and "X-Amz-Signature" not in text
 
 
+def test_a_further_input_row_is_brought_to_its_own_folder_and_one_with_nothing_stored_is_refused_where_typed(
+        api, storage, bucket):
+    store = ObjectStore(storage.access())
+    for name in ("vocab.txt", "stopwords.txt"):
+        store.client.put_object(Bucket=bucket, Key=f"datasets/extra/{name}", Body=name.encode() * 10)
+    job = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/",
+                         parameters=[{"name": "data_url_1", "value": f"obs://{bucket}/datasets/extra/"}, *steps(1)])
+    body = {"name": "two-inputs", "engine": "local-mpi4py", "spec": "local-cpu", "node_count": 2,
+            "code_dir": "data_roundtrip", "boot_file": "data_roundtrip.py",
+            "data_url": f"s3://{bucket}/datasets/toy/"}
+    refused = api.post("/api/v1/training-jobs", {**body, "parameters": [
+        {"name": "data_url_1", "value": f"obs://{bucket}/datasets/missing/"}]}, format="json")
+    assert refused.status_code == 400 and "Nothing is stored under" in str(refused.json()["parameters"]), refused.json()
+
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(job)
+
+    for rank in range(4):
+        assert f"rank {rank} read 3 files from /home/ma-user/modelarts/inputs/data_url_0/" in log, log
+        assert (f"rank {rank} read 2 further files (stopwords.txt vocab.txt) from "
+                f"/home/ma-user/modelarts/inputs/data_url_1_0/ (DATA_URL_1=obs://{bucket}/datasets/extra/)") in log, log
+    assert "--data_url_1=/home/ma-user/modelarts/inputs/data_url_1_0/" in job.command
+
+
 def test_a_rerun_finds_its_input_in_the_nodes_cache_and_fetches_nothing(api, storage, bucket):
     first = submit_program(api, "data_roundtrip.py", data_url=f"s3://{bucket}/datasets/toy/", parameters=steps(1))
     wait_for(first, [JobStatus.COMPLETED], timeout=240)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs.launch.data_paths import object_url_of, program_parameters, url_variables
+from jobs.launch.data_paths import folder_of, object_inputs, object_url_of, program_parameters, url_variables
 from jobs.launch.plan import KeyPair, SshTarget, WorkerValues, plan_job
 from jobs.models import Storage
 from jobs.object_store.access import reach
@@ -56,6 +56,22 @@ def test_the_program_gets_the_local_paths_as_the_reference_gives_them_and_the_ur
     assert url_variables(parameters) == {"DATA_URL": "s3://user-1-a/data/", "TRAIN_URL": "obs://user-1-a/out/"}
     assert program_parameters((("train_url", "/cache/output"),)) == (("train_url", "/cache/output"),)
     assert object_url_of((("train_url", "/cache/output"),), "train_url") == ""
+
+
+def test_further_inputs_data_url_1_to_9_each_get_a_folder_of_their_own_and_their_url_in_the_environment():
+    parameters = (("data_url", "s3://user-1-a/data/"), ("data_url_1", "obs://user-1-a/vocab/"),
+                  ("data_url_2", "/mnt/datasets/extra"), ("data_url_10", "s3://user-1-a/not-an-input/"))
+    assert program_parameters(parameters) == (
+        ("data_url", "/home/ma-user/modelarts/inputs/data_url_0/"),
+        ("data_url_1", "/home/ma-user/modelarts/inputs/data_url_1_0/"),
+        ("data_url_2", "/mnt/datasets/extra"), ("data_url_10", "s3://user-1-a/not-an-input/"))
+    assert url_variables(parameters) == {"DATA_URL": "s3://user-1-a/data/", "DATA_URL_1": "obs://user-1-a/vocab/"}
+    assert object_inputs(parameters) == (("data_url", "s3://user-1-a/data/"), ("data_url_1", "obs://user-1-a/vocab/"))
+    with pytest.raises(ValueError, match="neither an input"):
+        folder_of("data_url_10")
+
+    only_further = plan_of((("data_url_3", "s3://user-1-a/data/"),))
+    assert only_further.stages_inputs and "--data_url_3=/home/ma-user/modelarts/inputs/data_url_3_0/" in only_further.command
 
 
 def plan_of(parameters):

@@ -1,5 +1,6 @@
-"""Reads the job's input (--data_url, a local folder the platform filled) on every rank, then writes
-checkpoints into --train_url on rank 0, one every --every seconds, --steps of them, after those already there."""
+"""Reads the job's input (--data_url, a local folder the platform filled, and --data_url_1 where given) on every
+rank, then writes checkpoints into --train_url on rank 0, one every --every seconds, --steps of them, after those
+already there."""
 
 import argparse
 import hashlib
@@ -10,6 +11,7 @@ from mpi4py import MPI
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--data_url")
+parser.add_argument("--data_url_1")
 parser.add_argument("--train_url")
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--every", type=float, default=0.0)
@@ -24,6 +26,10 @@ for name in names:
         digest.update(name.encode() + b"\0" + source.read())
 print(f"rank {rank} read {len(names)} files from {args.data_url} digest {digest.hexdigest()} "
       f"(DATA_URL={os.environ.get('DATA_URL')})", flush=True)
+if args.data_url_1:
+    further = sorted(name for _, _, files in os.walk(args.data_url_1) for name in files)
+    print(f"rank {rank} read {len(further)} further files ({' '.join(further)}) from {args.data_url_1} "
+          f"(DATA_URL_1={os.environ.get('DATA_URL_1')})", flush=True)
 try:
     with open(os.path.join(args.data_url, "scribble.txt"), "w") as target:
         target.write("changed")
