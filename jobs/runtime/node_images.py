@@ -155,6 +155,10 @@ async def pull_from_console(connection: asyncssh.SSHClientConnection, label: str
     if not IMAGE_ID.fullmatch(image_id):
         raise NodeError(label, f"pulling {reference}", f"podman pull named no image ({image_id[:80]!r})")
     await run_checked(connection, label, f"naming {reference}", ["podman", "tag", image_id, reference])
+    # The name it was pulled by goes: it names a port that is closed now, and while it stayed, `podman rmi` of the
+    # usual name would only untag the image and keep its layers.
+    await connection.run(shlex.join(["podman", "untag", image_id, source]), check=False,
+                         timeout=settings.SSH_COMMAND_TIMEOUT)
     said = f"{label}: {reference} pulled, {relay.sent / 2**20:,.0f} MiB received in {time.monotonic() - started:.0f} s"
     logger.info("%s", said)  # (the operator's log too: which nodes took images, and what it cost)
     await say(said)

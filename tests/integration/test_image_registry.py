@@ -10,7 +10,7 @@ import urllib.request
 from django.conf import settings
 
 from jobs.images import registry
-from jobs.images.recipes import HOROVOD, MPI, SHIPPED
+from jobs.images.recipes import HOROVOD, MPI
 from jobs.runtime.node_images import ensure_image
 from jobs.runtime.ssh import connect
 from tests.integration.helpers import on_node
@@ -50,9 +50,9 @@ def received_mib(said: list[str]) -> int:
 def test_a_node_holding_one_engine_image_takes_only_the_layers_another_adds_to_their_shared_base(
         console, horovod_image):
     node, local = console["nodes"][0], console["cluster"][0]
-    # Nothing of an earlier load on the node: a base that came by `podman load` is not known by its registry digest.
-    for image in SHIPPED.values():
-        on_node(local, f"podman rmi --force {image.reference} >/dev/null 2>&1 || true")
+    # No image at all on the node, whatever earlier tests left and by whichever name: a base that came by
+    # `podman load` is not known by its registry digest, and one still stored would be taken as it is.
+    on_node(local, "podman rmi --all --force >/dev/null 2>&1 || true")
     bring(node, MPI.reference)
     assert on_node(local, f"podman image exists {HOROVOD.reference} && echo yes || echo no").strip() == "no"
 
@@ -70,6 +70,8 @@ def test_a_node_holding_one_engine_image_takes_only_the_layers_another_adds_to_t
     version = on_node(local, f"podman run --rm --pull=never {HOROVOD.reference} "
                              "python -c 'import horovod.torch, horovod; print(horovod.__version__)'")
     assert version.strip() == "0.28.1"
+    # It keeps its usual name alone (not the one it was pulled by), so removing that name removes the image.
+    assert "Deleted: " in on_node(local, f"podman rmi {HOROVOD.reference}")
 
 
 def test_with_no_registry_a_node_gets_the_whole_archive_over_sftp(console, settings):

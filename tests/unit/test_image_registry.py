@@ -214,7 +214,8 @@ def test_a_node_pulls_the_image_by_its_digest_through_a_port_forwarded_for_the_p
 
     asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
     pull = f"podman pull --quiet --tls-verify=false 127.0.0.1:41999/training-console/mpi@{DIGEST}"
-    assert node.commands[1:] == [pull, f"podman tag {IMAGE_ID} {MPI.reference}"]
+    assert node.commands[1:] == [pull, f"podman tag {IMAGE_ID} {MPI.reference}",
+                                 f"podman untag {IMAGE_ID} {pull.rsplit(' ', 1)[1]}"]
     assert node.listeners[0].to[:2] == ("127.0.0.1", 0), "the node listens on its loopback, on a port of its choice"
     assert node.listeners[-1] == "closed", "the forwarded port is closed after the pull"
     assert "pulling the layers it lacks from the console's registry" in said[0] and "pulled" in said[-1]
