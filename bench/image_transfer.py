@@ -100,7 +100,7 @@ def main() -> None:
             print(f"{reference}: archive {size:,.0f} MiB, {args.rounds} rounds, taking turns", flush=True)
             times, received = asyncio.run(measure(node, reference, MPI.reference, archive, args.rounds))
         finally:
-            registry.stop(server)
+            services.stop(server)
     best = {way: min(values) for way, values in times.items()}
     rows = [[way, f"{best[way]:.1f}", f"{statistics.median(times[way]):.1f}",
              f"{received[way]:,}" if way in received else (f"{size:,.0f}" if way == "archive" else "0"),

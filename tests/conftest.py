@@ -164,7 +164,7 @@ def image_registry():
     server = registry.start(TEST_OUTPUT / f"image-registry-{RUN_ID}.yml", IMAGE_REGISTRY_PORT, text,
                             TEST_OUTPUT / f"image-registry-{RUN_ID}.log")
     yield IMAGE_REGISTRY_PORT
-    registry.stop(server)
+    services.stop(server)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from console.services import free_port, port_answers, wait_for_port
+from console.services import free_port, stop, wait_for_port
 from jobs.images.recipes import REGISTRY_PREFIX, archive_name_of
 
 Progress = Callable[[str], None]
@@ -115,20 +114,6 @@ def start(config_file: Path, port: int, text: str, log_path: Path,
         stop(process)
         raise RegistryError(f"the image registry did not start on 127.0.0.1:{port}: {error} (see {log_path})") from None
     return process
-
-
-def answers(port: int) -> bool:
-    return port_answers("127.0.0.1", port)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def publish(reference: str, push: Callable[[str, str, Path], None], say: Progress) -> str | None:
