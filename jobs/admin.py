@@ -747,7 +747,7 @@ class UserStoreKeysAdmin(admin.ModelAdmin):
 
 @admin.register(SharedPath)
 class SharedPathAdmin(admin.ModelAdmin):
-    list_display = ["name", "path", "enabled"]
+    list_display = ["name", "path", "writable", "enabled"]
     filter_horizontal = ["pools"]
 
 

@@ -18,9 +18,9 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, NOTICE_SIGNALS
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
-from jobs.launch.data_paths import is_input
+from jobs.launch.data_paths import is_data_location, is_input
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
-from jobs.launch.plan import JobValues, SpecValues, SshTarget, WorkerValues
+from jobs.launch.plan import JobValues, SharedMounts, SpecValues, SshTarget, WorkerValues
 from jobs.object_store.access import Reach, reach
 from jobs.object_store.client import StoreAccess
 from jobs.object_store.urls import OBJECT_SCHEMES, parse_object_url
@@ -162,6 +162,13 @@ class ResourcePool(models.Model):
         return open_secret(self.sealed_slurm_jwt_key) if self.sealed_slurm_jwt_key else ""
 
 
+def user_slug(user_id: int, username: str) -> str:
+    """A user's name as a bucket or folder may carry it: their number first, so that two names written alike
+    (Alice, alice.) stay apart."""
+    slug = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")
+    return f"{user_id}-{slug}".rstrip("-")
+
+
 def usable_in_pool(rows: "QuerySet[Rows]", pool_id: int | None, *, any_without_pool: bool) -> "QuerySet[Rows]":
     """The enabled rows (stores, shared paths: each names its pools, none meaning every pool) a job of this pool
     may use; for a job of no pool, every one (any_without_pool) or those of every pool only."""
@@ -227,8 +234,7 @@ class Storage(models.Model):
                            region=self.region, path_style=self.path_style)
 
     def user_bucket(self, user_id: int, username: str) -> str:
-        slug = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")
-        return f"{self.user_bucket_prefix}{user_id}-{slug}"[:63].rstrip("-")
+        return f"{self.user_bucket_prefix}{user_slug(user_id, username)}"[:63].rstrip("-")
 
     @classmethod
     def answering(cls, scheme: str, pool_id: int | None) -> "Storage | None":
@@ -298,13 +304,22 @@ FORBIDDEN_SHARED_ROOTS = ("/bin", "/boot", "/dev", "/etc", "/home/ma-user", "/li
 
 class SharedPath(models.Model):
     """A file system every node of some pools mounts at the same path (NFS, Lustre, BeeGFS...), as Slurm sites
-    have: a job's data_url under it is mounted read-only into its containers, at the same path, not copied."""
+    have. Read-only: a job's input under it is mounted read-only into its containers, at the same path, not
+    copied. Writable: each user has a folder of their own in it (user_folder), the only part of it their jobs
+    see; it is mounted writable where the job's train_url lies in it, read-only where only its inputs do.
+
+    Every job runs as the same uid (JOB_UID), so what keeps users apart on a writable one is that a container
+    mounts its owner's folder alone: a folder the console makes and checks is no link, above which no job
+    ever sees anything."""
 
     name = models.SlugField(max_length=64, unique=True)
     path = models.CharField(max_length=255, unique=True,
                             help_text=_("Absolute, and the same on every node of the pools, e.g. /mnt/datasets."))
     pools = models.ManyToManyField(ResourcePool, blank=True, related_name="shared_paths",
                                    help_text=_("The pools whose nodes mount it (none: every pool)."))
+    writable = models.BooleanField(default=False, help_text=_(
+        "Jobs may write here, each user in a folder of their own (user-3-alice), which is all of it their jobs see. "
+        "Otherwise every job of its pools reads all of it and none writes."))
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -317,6 +332,18 @@ class SharedPath(models.Model):
         if not shared_path_is_acceptable(self.path):
             raise ValidationError({"path": _("Give an absolute folder, written plainly, below one of %(roots)s.")
                                    % {"roots": ", ".join(settings.SHARED_PATH_ROOTS)}})
+        # One inside another would be mounted whole by a job of the outer one: a writable one's users' folders
+        # with it, whatever the inner one's say.
+        others = SharedPath.objects.exclude(pk=self.pk).values_list("path", flat=True)
+        overlapping = next((other for other in others if self.path.startswith(other + "/")
+                            or other.startswith(self.path + "/")), None)
+        if overlapping:
+            raise ValidationError({"path": _("It overlaps the shared file system at %(other)s: give paths apart.")
+                                   % {"other": overlapping}})
+
+    def user_folder(self, user_id: int, username: str) -> str:
+        """The user's own folder in a writable one: the part of it their jobs see."""
+        return f"{self.path}/user-{user_slug(user_id, username)}"
 
     @classmethod
     def covering(cls, path: str, pool_id: int | None) -> "SharedPath | None":
@@ -869,7 +896,7 @@ class TrainingJob(models.Model):
             mca_args=self.mca_args,
             extra_args=self.extra_args,
             tune_prefixes=tuple(prefix for prefix in self.tune_prefixes.split(",") if prefix),
-            read_only_mounts=self.shared_mounts(),
+            shared_mounts=self.shared_mounts(),
             predownload=self.predownload,
             checkpoint_grace_seconds=self.checkpoint_grace_seconds,
             checkpoint_signal=self.checkpoint_signal,
@@ -903,12 +930,28 @@ class TrainingJob(models.Model):
         """The program's parameters, in order, as (name, value)."""
         return tuple((str(item["name"]), str(item["value"])) for item in self.parameters)
 
-    def shared_mounts(self) -> tuple[str, ...]:
-        """The shared file systems this job's inputs lie in: each mounted read-only at its own path."""
-        paths = [str(item["value"]).rstrip("/") or "/" for item in self.parameters if is_input(str(item.get("name")))]
-        found = {shared.path for path in paths if path.startswith("/")
-                 if (shared := SharedPath.covering(path, self.pool_id)) is not None}
-        return tuple(sorted(found))
+    def shared_mounts(self) -> SharedMounts:
+        """The shared file systems this job's inputs and train_url lie in, each mounted at its own path: a
+        read-only one whole, a writable one as the owner's folder alone, writable where train_url is in it."""
+        read_only: set[str] = set()
+        writable: set[str] = set()
+        for name, value in self.parameter_pairs():
+            path = value.rstrip("/") or "/"
+            if not path.startswith("/") or not is_data_location(name):
+                continue
+            shared = SharedPath.covering(path, self.pool_id)
+            if shared is None:
+                continue
+            if not shared.writable:
+                if is_input(name):
+                    read_only.add(shared.path)
+                continue
+            if self.owner_id is None:  # a job not yet anyone's (the form's preview) has no folder there
+                continue
+            folder = shared.user_folder(self.owner_id, self.owner.get_username())
+            if path == folder or path.startswith(folder + "/"):
+                (read_only if is_input(name) else writable).add(folder)
+        return SharedMounts(read_only=tuple(sorted(read_only - writable)), writable=tuple(sorted(writable)))
 
     @property
     def duration_seconds(self) -> float | None:

@@ -12,7 +12,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.models import Storage
+from jobs.models import Storage, usable_in_pool
 from jobs.object_store.access import Reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
@@ -22,12 +22,23 @@ BROWSE_PAGE = 200
 MAX_LINKS = 1000
 
 
-def _reach(request, text: str, field: str = "url") -> Reach:
+def _pool_of(request) -> int | None:
+    """The pool the user's job is for (`pool`, its number): the stores its jobs may use are those shown; none,
+    or "": every store, as for a job of no pool."""
+    text = str(request.query_params.get("pool", "")).strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ValidationError({"pool": [_("Give the pool's number.")]})
+    return int(text)
+
+
+def _reach(request, text: str, field: str = "url", pool_id: int | None = None) -> Reach:
     try:
         url = parse_object_url(text)
         if url is None:
             raise ObjectUrlError(f"{text!r} is not an object URL (s3://bucket/folder/ or obs://bucket/folder/)")
-        return Storage.reach_for(text, None, request.user.pk, request.user.get_username())
+        return Storage.reach_for(text, pool_id, request.user.pk, request.user.get_username())
     except (ObjectUrlError, StoreError) as error:
         raise ValidationError({field: [str(error)]}) from error
 
@@ -85,15 +96,17 @@ class DownloadLinkSerializer(serializers.Serializer):
 class DataBrowse(APIView):
     @extend_schema(summary="The user's buckets, or one folder of one of them", responses=BrowseSerializer,
                    parameters=[OpenApiParameter("url", str, description="s3:// or obs:// folder; none: the buckets"),
-                               OpenApiParameter("after", str, description="Continue after this key.")])
+                               OpenApiParameter("after", str, description="Continue after this key."),
+                               OpenApiParameter("pool", int, description="Only the stores a job of this pool may use.")])
     def get(self, request):
+        pool_id = _pool_of(request)
         buckets = [{"storage": storage.name,
                     "url": f"{storage.schemes.split()[0]}://{storage.user_bucket(request.user.pk, request.user.get_username())}/"}
-                   for storage in Storage.objects.filter(enabled=True)]
+                   for storage in usable_in_pool(Storage.objects.all(), pool_id, any_without_pool=True)]
         text = str(request.query_params.get("url", "")).strip()
         if not text:
             return Response({"url": "", "buckets": buckets, "folders": [], "objects": [], "more": False})
-        where = _reach(request, text)
+        where = _reach(request, text, pool_id=pool_id)
         prefix = where.url.folder_prefix
         try:
             if not where.store.bucket_exists(where.url.bucket):

@@ -46,6 +46,16 @@ class SpecValues:
 
 
 @dataclass(frozen=True)
+class SharedMounts:
+    """Folders of shared file systems a job's containers mount at their own path: read-only (a read-only file
+    system whole, or a user's folder in a writable one that only inputs lie in) and writable (a user's folder
+    that train_url lies in, which the nodes make where it is missing)."""
+
+    read_only: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class JobValues:
     """What the plan needs of a job, as plain values (TrainingJob.launch_values fills them)."""
 
@@ -68,8 +78,8 @@ class JobValues:
     mca_args: str = ""
     extra_args: str = ""
     tune_prefixes: tuple[str, ...] = ()
-    # Shared file systems (the same path on every node) the job reads its input from, mounted read-only.
-    read_only_mounts: tuple[str, ...] = ()
+    # Shared file systems (the same path on every node) the job's data lies in (jobs.models.SharedPath).
+    shared_mounts: SharedMounts = SharedMounts()
     # Bring an object-store train_url's files back before the start (to resume from a checkpoint there).
     predownload: bool = False
     # The checkpoint contract (jobs.launch.checkpoint_contract): the notice before a stop (0 s: none), and
@@ -211,8 +221,10 @@ class JobPlan:
     rank_workers: tuple[int, ...] = ()
     # data_url names an object store: each worker's node fetches it and the container mounts it read-only.
     stages_inputs: bool = False
-    # Shared file systems mounted read-only at their own path (JobValues.read_only_mounts).
+    # Shared file systems mounted at their own path (JobValues.shared_mounts): read-only, and the owner's
+    # folders in writable ones where train_url lies in them.
     read_only_mounts: tuple[str, ...] = ()
+    writable_mounts: tuple[str, ...] = ()
     # train_url names an object store and its files come back into the output folder before the start.
     predownloads_output: bool = False
     # train_url names an object store: the program gets MA_CHECKPOINT_DIR, and its checkpoints are recorded.
@@ -369,7 +381,8 @@ def plan_job(job: JobValues, workers: Sequence[WorkerValues], *, work_root: str,
         rank_workers=tuple(rank_placement) if rank_placement else job_rank_workers(job),
         image=job.image,
         stages_inputs=bool(object_inputs(job.parameters)),
-        read_only_mounts=job.read_only_mounts,
+        read_only_mounts=job.shared_mounts.read_only,
+        writable_mounts=job.shared_mounts.writable,
         predownloads_output=job.predownload and bool(object_url_of(job.parameters, "train_url")),
         keeps_checkpoints=bool(object_url_of(job.parameters, "train_url")),
         checkpoint_grace_seconds=job.checkpoint_grace_seconds,

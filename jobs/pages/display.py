@@ -203,6 +203,8 @@ PATTERN_STEPS = (
     shape(gettext_noop("SSH to %(address)s")),
     shape(gettext_noop("making %(path)s")),
     shape(gettext_noop("listing %(name)s")),
+    shape(gettext_noop("mounting the shared file system %(path)s")),
+    shape(gettext_noop("making your folder %(path)s on the shared file system")),
 )
 # What the data's messages call what they bring (a Staging's `what`).
 STAGED_WHAT = {text: text for text in (gettext_noop("input"), gettext_noop("checkpoint"))}

@@ -54,7 +54,9 @@ class FoundFile:
 
 @dataclass
 class OutputsResult:
-    state: str  # collected, partial, empty, missing, not_a_path, not_requested, not_collected, failed
+    # collected, partial, empty, missing, not_a_path, not_requested, not_collected, failed; on_shared: in the
+    # owner's folder of a writable shared file system, listed and not copied (no file is "kept" here).
+    state: str
     message: str
     files: list[FoundFile] = field(default_factory=list)
     kept: set[str] = field(default_factory=set)
@@ -98,6 +100,14 @@ def describe(files: list[FoundFile], kept: set[str], limit: int) -> tuple[str, s
         f"The outputs ({len(files)} files, {readable_size(total)}) exceed the limit of {readable_size(limit)}: "
         f"kept {len(kept)} file(s), {readable_size(kept_bytes)}; not kept: {named}{more}."
     )
+
+
+def describe_shared(files: list[FoundFile], where: str, *, listed_all: bool) -> tuple[str, str]:
+    if not files:
+        return "empty", f"{where} on the shared file system held no file."
+    total = readable_size(sum(item.size for item in files))
+    counted = f"{len(files)} file(s), {total}" if listed_all else f"more than {len(files)} files (the first {len(files)}: {total})"
+    return "on_shared", f"{counted} in {where} on the shared file system, where they stay: nothing was copied."
 
 
 # The database and the stored files.

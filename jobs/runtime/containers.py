@@ -95,6 +95,9 @@ def run_options(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     for path in plan.read_only_mounts:
         # A shared file system of the node's (jobs.models.SharedPath), read where the job's data_url names it.
         argv += ["--volume", f"{path}:{path}:ro,nosuid,nodev"]
+    for path in plan.writable_mounts:
+        # The owner's folder in a writable one, where train_url lies (jobs.runtime.shared_mounts made it).
+        argv += ["--volume", f"{path}:{path}:rw,nosuid,nodev"]
     return argv
 
 

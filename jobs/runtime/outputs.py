@@ -8,12 +8,13 @@ within the administrator's limit is decided in jobs.results.outputs.
 import asyncio
 import posixpath
 import stat
+from collections.abc import Awaitable
 from pathlib import Path
 
 import asyncssh
 
 from jobs.launch.plan import SshTarget
-from jobs.results.outputs import FoundFile, OutputsResult, choose_kept, describe
+from jobs.results.outputs import FoundFile, OutputsResult, choose_kept, describe, describe_shared
 from jobs.runtime.ssh import NodeError, connect
 
 MAX_FILES = 10000
@@ -21,8 +22,10 @@ COPY_CHUNK = 256 * 1024
 COLLECT_TIMEOUT_SECONDS = 900
 
 
-async def _walk(sftp: asyncssh.SFTPClient, root: str) -> list[FoundFile]:
-    found, pending = [], [""]
+async def _walk(sftp: asyncssh.SFTPClient, root: str, *, cut_at_most: bool = False) -> list[FoundFile]:
+    """The regular files under root; past MAX_FILES a NodeError, or (cut_at_most) the first MAX_FILES found."""
+    found: list[FoundFile] = []
+    pending = [""]
     while pending:
         relative = pending.pop()
         async for entry in sftp.scandir(posixpath.join(root, relative) if relative else root):
@@ -37,6 +40,8 @@ async def _walk(sftp: asyncssh.SFTPClient, root: str) -> list[FoundFile]:
                 pending.append(path)
             elif stat.S_ISREG(mode):
                 found.append(FoundFile(path, entry.attrs.size or 0))
+                if len(found) >= MAX_FILES and cut_at_most:
+                    return found
                 if len(found) > MAX_FILES:
                     raise NodeError("worker-0", "listing the outputs", f"more than {MAX_FILES} files")
     return found
@@ -58,14 +63,37 @@ async def _copy(sftp: asyncssh.SFTPClient, remote: str, local: Path, size: int) 
 
 
 async def collect_outputs(target: SshTarget, remote_dir: str, destination: Path, limit: int) -> OutputsResult:
+    return await _within_time(_collect(target, remote_dir, destination, limit), limit)
+
+
+async def list_shared_outputs(target: SshTarget, remote_dir: str) -> OutputsResult:
+    """train_url in the owner's folder of a writable shared file system: its files are already where they are
+    kept, so they are listed (names and sizes, for the job's page), not copied."""
+    return await _within_time(_list_shared(target, remote_dir), 0)
+
+
+async def _within_time(work: Awaitable[OutputsResult], limit: int) -> OutputsResult:
     try:
-        return await asyncio.wait_for(_collect(target, remote_dir, destination, limit), COLLECT_TIMEOUT_SECONDS)
+        return await asyncio.wait_for(work, COLLECT_TIMEOUT_SECONDS)
     except NodeError as error:
         return OutputsResult("failed", str(error), limit=limit)
     except TimeoutError:
         return OutputsResult("failed", f"Collecting the outputs took longer than {COLLECT_TIMEOUT_SECONDS} s.", limit=limit)
     except (OSError, asyncssh.Error) as error:
         return OutputsResult("failed", f"Collecting the outputs failed: {error}", limit=limit)
+
+
+async def _list_shared(target: SshTarget, remote_dir: str) -> OutputsResult:
+    connection = await connect(target)
+    async with connection, connection.start_sftp_client() as sftp:
+        try:
+            if not await sftp.isdir(remote_dir):
+                return OutputsResult("missing", f"{remote_dir} is not a directory on worker-0.")
+        except asyncssh.SFTPError as error:
+            return OutputsResult("missing", f"{remote_dir} cannot be read on worker-0: {error.reason}")
+        files = await _walk(sftp, remote_dir, cut_at_most=True)
+    state, message = describe_shared(files, remote_dir, listed_all=len(files) < MAX_FILES)
+    return OutputsResult(state, message, files)
 
 
 async def _collect(target: SshTarget, remote_dir: str, destination: Path, limit: int) -> OutputsResult:

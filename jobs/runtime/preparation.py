@@ -32,6 +32,7 @@ from jobs.runtime.containers import (
 from jobs.runtime.data_in import Staging, stage_inputs
 from jobs.runtime.network_policy import apply_policy
 from jobs.runtime.node_images import ensure_image
+from jobs.runtime.shared_mounts import mount_points_ready
 from jobs.runtime.slurm_step import start_in_step
 from jobs.runtime.ssh import NodeError, connect, run_checked, upload
 
@@ -145,26 +146,6 @@ async def prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, 
         raise
 
 
-async def check_shared_paths(connection: asyncssh.SSHClientConnection, label: str, paths: Sequence[str]) -> None:
-    """Each shared file system the container is to mount must be, on this node, the folder it was registered as:
-    its text was checked (SharedPath), but a link on the node (the path itself or a folder above it) would have
-    podman mount wherever it leads, /etc as well as a dataset. NodeError, naming the path, otherwise."""
-    for path in paths:
-        step = f"mounting the shared file system {path}"
-        # One look a path: where it resolves (readlink -e follows every link and needs each part to exist; nothing
-        # when it does not), and whether that is a folder.
-        answer = (await run_checked(connection, label, step, [
-            "sh", "-c", 'where=$(readlink -e -- "$1") || exit 0; [ -d "$where" ] && echo "dir $where" || echo "other $where"',
-            "sh", path])).strip()
-        kind, _, resolved = answer.partition(" ")
-        if not resolved:
-            raise NodeError(label, step, "it does not exist on this node: it is not mounted")
-        if resolved != path:
-            raise NodeError(label, step, f"it leads to {resolved} on this node (a link): it is not mounted")
-        if kind != "dir":
-            raise NodeError(label, step, "it is not a folder on this node: it is not mounted")
-
-
 async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path, report: ProgressCallback,
                           inputs: Sequence[Staging]) -> ContainerStarted:
     label = worker.node.label
@@ -203,7 +184,7 @@ async def _prepare_worker(plan: JobPlan, worker: WorkerPlan, code_archive: Path,
         else:
             await run_checked(connection, label, "laying out the job's files", layout)
 
-        await check_shared_paths(connection, label, plan.read_only_mounts)
+        await mount_points_ready(connection, plan, worker)
         # The node's network policy is in place before any process of the job runs there.
         await apply_policy(connection, plan, worker, JOB_UID)
         if worker.rootless:

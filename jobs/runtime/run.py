@@ -57,7 +57,7 @@ from jobs.runtime.launcher import STOP_GRACE_SECONDS, LaunchCursor, launch
 from jobs.runtime.liveness import RankEnd, WorkerWatch
 from jobs.runtime.monitor import RunMonitor
 from jobs.runtime.network_policy import ALLOWED_DESTINATIONS, allowed_destinations
-from jobs.runtime.outputs import collect_outputs
+from jobs.runtime.outputs import collect_outputs, list_shared_outputs
 from jobs.runtime.ownership import followed_by_a_live_run
 from jobs.runtime.preparation import prepare_all
 from jobs.runtime.resources import ResourceRecorder
@@ -565,7 +565,14 @@ class JobRun(RunData):
         if request is None:
             return
         train_url, remote_dir, limit, ran_to_end = request
-        if not ran_to_end:
+        on_shared = remote_dir is not None and any(remote_dir == folder or remote_dir.startswith(folder + "/")
+                                                   for folder in self.plan.writable_mounts)
+        if on_shared and not ran_to_end:
+            result = OutputsResult("on_shared", f"The job was stopped before it ended; what it wrote is in {remote_dir} "
+                                   "on the shared file system (not listed).")
+        elif on_shared:
+            result = await list_shared_outputs(self.plan.container_target(self.plan.workers[0]), str(remote_dir))
+        elif not ran_to_end:
             result = OutputsResult("not_collected", "The job was stopped before it ended; its outputs were not collected.")
         elif remote_dir is None:
             result = OutputsResult("not_a_path", f"{train_url} is not a path in the container; nothing was collected.")

@@ -42,7 +42,8 @@ from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.results.watchdog import rank_exit_grace
 from jobs.submission.access import visible_code_dirs
-from jobs.submission.object_urls import input_room, object_url_problem
+from jobs.submission.object_urls import InputsListed, input_room, object_url_problem
+from jobs.submission.shared_paths import shared_path_problem
 
 # The command builder's words for a wrong boot file, in the page's language.
 BUILDER_MESSAGES = {
@@ -541,7 +542,7 @@ class TrainingJobForm(forms.Form):
 
     def _check_object_urls(self, cleaned: dict) -> None:
         """An s3:// or obs:// data_url, further input (data_url_1 ...) or train_url (a field, or a parameter of that
-        name) the job could not use is refused on the field it was typed in."""
+        name), or a path of a shared file system, the job could not use is refused on the field it was typed in."""
         signed_in = self.user is not None and self.user.is_authenticated
         user_id, username = (self.user.pk, self.user.get_username()) if signed_in else (None, "")
         given = [(key, key, cleaned.get(key) or "") for key in ("data_url", "train_url")]
@@ -552,11 +553,17 @@ class TrainingJobForm(forms.Form):
         room = (input_room(runnable_nodes(spec, cleaned.get("pool")).values_list("health", flat=True), node_count)
                 if spec is not None and node_count and "pool" not in self.errors
                 and any(is_input(key) and has_scheme(text) for _field, key, text in given) else None)
+        listed = InputsListed()
         for field_name, key, text in given:
             if text and field_name not in self.errors:
-                problem = object_url_problem(key, text, user_id, username, cleaned.get("pool"), room)
+                problem = (object_url_problem(key, text, user_id, username, cleaned.get("pool"), room, listed)
+                           or shared_path_problem(key, text, user_id, username, cleaned.get("pool")))
                 if problem:
                     self.add_error(field_name, problem)
+        # Two inputs or more: some are further inputs, typed among the parameters.
+        too_many = listed.too_many_for(room)
+        if too_many and not self.errors:
+            self.add_error("parameters", too_many)
 
     def _resolve_auto_stop(self, cleaned: dict) -> None:
         """The page's choice becomes auto_stop_hours, the one value a job keeps."""

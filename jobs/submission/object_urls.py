@@ -4,7 +4,7 @@ or keep its output is refused where the user typed the URL, before it takes any 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.utils.translation import gettext as _
@@ -37,10 +37,29 @@ def input_room(nodes_health: Iterable[object], node_count: int) -> InputRoom | N
     return InputRoom(max(sizes[node_count - 1] - reserve, 0), reserve)
 
 
+@dataclass
+class InputsListed:
+    """What each input holds, as its check listed it: their total is held against the nodes' room once each one
+    alone fits (every input is fetched onto every node)."""
+
+    bytes_by_name: dict[str, int] = field(default_factory=dict)
+
+    def too_many_for(self, room: InputRoom | None) -> str:
+        """Why the inputs together cannot be fetched ("" when they fit, room is not known, or there is one)."""
+        total = sum(self.bytes_by_name.values())
+        if room is None or len(self.bytes_by_name) < 2 or total <= room.bytes:
+            return ""
+        return _("The inputs %(names)s hold %(size)s together: more than the nodes this job may run on can hold "
+                 "(%(room)s each, keeping %(reserve)s for the node itself).") % {
+                     "names": ", ".join(sorted(self.bytes_by_name)), "size": readable_size(total),
+                     "room": readable_size(room.bytes), "reserve": readable_size(room.reserve_bytes)}
+
+
 def object_url_problem(name: str, text: str, user_id: int | None, username: str, pool: ResourcePool | None,
-                       input_room: InputRoom | None = None) -> str:
+                       input_room: InputRoom | None = None, listed: InputsListed | None = None) -> str:
     """Why `text`, typed as an input (data_url, data_url_1 ...) or train_url, cannot be used ("" when it can, or when it is a path).
-    `input_room`: what the nodes the job may run on can hold of an input (None: not known)."""
+    `input_room`: what the nodes the job may run on can hold of an input (None: not known); `listed`: where an
+    input's size is kept."""
     try:
         url = parse_object_url(text)
         if url is None:
@@ -56,6 +75,8 @@ def object_url_problem(name: str, text: str, user_id: int | None, username: str,
             size = sum(item.size for item in where.store.objects(url.bucket, url.folder_prefix, MAX_INPUT_OBJECTS))
             if not size and not where.store.has_any(url.bucket, url.folder_prefix):
                 return _("Nothing is stored under %(url)s.") % {"url": text}
+            if listed is not None:
+                listed.bytes_by_name[name] = size
             if input_room is not None and size > input_room.bytes:
                 return _("%(url)s holds %(size)s: more than the nodes this job may run on can hold (%(room)s each, "
                          "keeping %(reserve)s for the node itself).") % {

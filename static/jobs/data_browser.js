@@ -1,7 +1,9 @@
-// The folder picker beside data_url and train_url: the user's buckets (GET /api/v1/data), then one folder of
-// one of them at a time, its sub-folders to go into and its objects for orientation. "Use this folder" writes
-// the folder's URL into the field, which stays a free text field; for train_url a new sub-folder's name may be
-// added to it. The strings are the template's (data- attributes of the dialog, translated there).
+// The folder picker beside data_url and train_url, and in a parameter row named as a further input
+// (data_url_1 ... data_url_9): the user's buckets in the stores the chosen pool's jobs may use (GET
+// /api/v1/data), then one folder of one of them at a time, its sub-folders to go into and its objects for
+// orientation. "Use this folder" writes the folder's URL into the field, which stays a free text field; for
+// train_url a new sub-folder's name may be added to it. The strings are the template's (data- attributes of
+// the dialog, translated there).
 (function () {
   "use strict";
 
@@ -20,6 +22,8 @@
   const useButton = dialog.querySelector("[data-browse-use]");
   // scheme://bucket/ and the folders under it.
   const OBJECT_URL = /^(s3|obs):\/\/([^/]+)\/?(.*)$/i;
+  // The parameters the platform fills as further inputs (jobs/launch/data_paths.py INPUT_NAME).
+  const FURTHER_INPUT = /^data_url_[1-9]$/;
   const UNITS = ["B", "KB", "MB", "GB", "TB"];
   let number;
   try {
@@ -148,7 +152,7 @@
     useButton.disabled = true;
     let result = null;
     try {
-      result = await Console.fetchJSON(dialog.dataset.apiUrl + (url ? "?url=" + encodeURIComponent(url) : ""));
+      result = await Console.fetchJSON(address(url));
     } catch (error) {
       result = null;
     }
@@ -169,12 +173,43 @@
     if (focusList) urlInput.focus();
   }
 
+  // The folder asked for, of the stores a job of the form's pool may use.
+  function address(url) {
+    const query = new URLSearchParams();
+    if (url) query.set("url", url);
+    const pool = document.getElementById("id_pool");
+    if (pool && pool.value) query.set("pool", pool.value);
+    const text = query.toString();
+    return dialog.dataset.apiUrl + (text ? "?" + text : "");
+  }
+
+  // A parameter row's name and value fields, where its Browse button is.
+  function rowFields(button) {
+    const row = button.closest("tr");
+    return row ? [row.querySelector('input[name$="_name"]'), row.querySelector('input[name$="_value"]')] : [null, null];
+  }
+
+  // A parameter row offers Browse while its name is a further input's.
+  function offerInRow(nameInput) {
+    const row = nameInput.closest("tr");
+    const button = row && row.querySelector("[data-browse-row]");
+    if (button) button.hidden = !FURTHER_INPUT.test(nameInput.value.trim());
+  }
+
   function open(button) {
-    field = document.getElementById(button.dataset.browseFor);
+    let title = "";
+    if ("browseRow" in button.dataset) {
+      const [nameInput, valueInput] = rowFields(button);
+      field = valueInput;
+      title = nameInput ? nameInput.value.trim() : "";
+    } else {
+      field = document.getElementById(button.dataset.browseFor);
+      const label = field && document.querySelector('label[for="' + field.id + '"]');
+      title = label ? label.textContent.trim() : field ? field.name : "";
+    }
     if (!field) return;
     opener = button;
-    const label = document.querySelector('label[for="' + field.id + '"]');
-    fieldLine.textContent = label ? label.textContent.trim() : field.name;
+    fieldLine.textContent = title;
     newFolder.hidden = !("browseNewFolder" in button.dataset);
     newInput.value = "";
     list.replaceChildren();
@@ -203,9 +238,14 @@
   }
 
   document.addEventListener("click", (event) => {
-    const button = event.target.closest("[data-browse-for]");
+    const button = event.target.closest("[data-browse-for], [data-browse-row]");
     if (button) open(button);
   });
+
+  document.addEventListener("input", (event) => {
+    if (event.target.matches && event.target.matches('[data-rows] input[name$="_name"]')) offerInRow(event.target);
+  });
+  document.querySelectorAll('[data-rows] input[name$="_name"]').forEach(offerInRow);
 
   dialog.addEventListener("click", (event) => {
     const target = event.target.closest("[data-url], [data-browse-close], [data-browse-use]");

@@ -117,6 +117,32 @@ def test_browse_for_train_url_appends_a_new_sub_folder_on_a_390_px_screen(browse
         context.close()
 
 
+def test_a_parameter_named_as_a_further_input_offers_browse_and_takes_the_folder_chosen(asgi_page, stored, screenshots):
+    page = asgi_page
+    log_in(page, "alice")
+    page.goto("/jobs/new")
+    page.click('[data-add-row="param"]')
+    row = page.locator('[data-rows="param"] tr.row-item').last
+    browse = row.locator("[data-browse-row]")
+    expect(browse).to_be_hidden()
+    row.locator('input[name="param_name"]').fill("data_url_1")
+    expect(browse).to_be_visible()
+
+    browse.click()
+    picker = page.locator("#data-browser")
+    expect(picker).to_be_visible()
+    expect(picker.locator("[data-browse-field]")).to_have_text("data_url_1")
+    picker.locator(".data-browser-entry", has_text=stored["bucket"]).click()
+    picker.get_by_role("button", name="datasets/").click()
+    picker.get_by_role("button", name="Use this folder").click()
+
+    expect(picker).to_be_hidden()
+    expect(row.locator('input[name="param_value"]')).to_have_value(stored["bucket"] + "datasets/")
+    page.locator("#section-parameters").screenshot(path=screenshots / "data-browser-further-input.png")
+    row.locator('input[name="param_name"]').fill("data_url_10")
+    expect(browse).to_be_hidden()
+
+
 def test_another_users_bucket_typed_in_the_picker_shows_the_apis_refusal(asgi_page, stored):
     page = asgi_page
     log_in(page, "alice")

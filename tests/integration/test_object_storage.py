@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 from jobs.management.commands.localstore import register
 from jobs.models import JobStatus, Node, SharedPath, Worker
 from jobs.object_store.client import ObjectStore
+from jobs.results.outputs import outputs_root
 from tests.conftest import RUN_ID, TEAM_BUCKET, TEAM_READER
 from tests.integration.helpers import log_text, submit_program, wait_for
 
@@ -265,6 +266,31 @@ def test_an_input_on_a_shared_file_system_is_mounted_read_only_not_copied(api, s
         assert f"rank {rank} cannot write into its input: Read-only file system" in log, log
     assert "input ready" not in log, "nothing is fetched for a shared path"
     assert not (shared_folder / "datasets" / "toy" / "scribble.txt").exists()
+
+
+def test_on_a_writable_shared_file_system_a_job_writes_in_its_owners_folder_and_sees_no_one_elses(
+        api, owner, shared_folder):
+    scratch = SharedPath.objects.create(name="scratch", path=str(shared_folder), writable=True)
+    own = Path(scratch.user_folder(owner.pk, owner.username))
+    shutil.copytree(shared_folder / "datasets", own / "datasets")
+    (shared_folder / "user-99-someone" / "secret.txt").parent.mkdir()
+    (shared_folder / "user-99-someone" / "secret.txt").write_text("theirs")
+    job = submit_program(api, "data_roundtrip.py", data_url=f"{own}/datasets/toy", train_url=f"{own}/runs/first",
+                         parameters=[*steps(2), {"name": "look", "value": str(shared_folder)}])
+    job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
+    log = log_text(job)
+    for rank in range(4):
+        assert f"rank {rank} read 3 files from {own}/datasets/toy" in log, log
+        # The file system's own folder in the container holds the mount point of the owner's folder, alone.
+        assert f"rank {rank} sees [{own.name}] in {shared_folder}" in log, log
+    written = own / "runs" / "first" / "checkpoints"
+    assert sorted(path.name for path in written.iterdir()) == ["step-0.txt", "step-1.txt"]
+    assert {own.stat().st_uid, (written / "step-0.txt").stat().st_uid} == {1000}
+    # Listed on the job's page, not copied into the console.
+    assert job.outputs_summary["state"] == "on_shared", job.outputs_summary
+    assert sorted(job.output_files.values_list("path", flat=True)) == ["checkpoints/step-0.txt", "checkpoints/step-1.txt"]
+    assert not outputs_root(job.pk).exists()
+    assert (shared_folder / "user-99-someone" / "secret.txt").read_text() == "theirs"
 
 
 def test_a_shared_path_that_is_a_link_on_the_node_is_not_mounted_and_the_job_fails_saying_where_it_leads(api, console):

@@ -86,6 +86,17 @@ def test_the_form_measures_the_room_on_the_nodes_of_the_jobs_spec_and_pool(store
     assert api_submit(node_disks=[20 * GB, 20 * GB, 4 * GB, 2 * GB]).status_code == 201
 
 
+def test_inputs_that_each_fit_but_not_together_are_refused_on_the_parameters_naming_them_all(store_with, api_submit):
+    store_with([3 * GB])
+    further = [{"name": "data_url_1", "value": "s3://user-1-a/more/"}, {"name": "data_url_2", "value": "s3://user-1-a/x/"}]
+    answer = api_submit(node_disks=[20 * GB, 8 * GB, 4 * GB, 2 * GB], parameters=further)
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"parameters": [
+        "The inputs data_url, data_url_1, data_url_2 hold 9.0 GB together: more than the nodes this job may run on "
+        "can hold (7.0 GB each, keeping 1.0 GB for the node itself)."]}
+    assert api_submit(node_disks=[20 * GB, 8 * GB, 4 * GB, 2 * GB], parameters=further[:1]).status_code == 201
+
+
 @pytest.fixture
 def api_submit(db, catalogue, api, settings, django_capture_on_commit_callbacks):
     from jobs.models import Node
@@ -93,9 +104,10 @@ def api_submit(db, catalogue, api, settings, django_capture_on_commit_callbacks)
 
     settings.NODE_DISK_RESERVE_GB = 1
 
-    def submit(node_disks: list[int]):
+    def submit(node_disks: list[int], parameters: list[dict] | None = None):
         for node, size in zip(Node.objects.order_by("name"), node_disks, strict=True):
             Node.objects.filter(pk=node.pk).update(health={"disk_total_bytes": size})
+        body = job_body(data_url="s3://user-1-a/data/", **({"parameters": parameters} if parameters else {}))
         with django_capture_on_commit_callbacks(execute=False):
-            return api.post("/api/v1/training-jobs", job_body(data_url="s3://user-1-a/data/"), format="json")
+            return api.post("/api/v1/training-jobs", body, format="json")
     return submit

@@ -247,6 +247,33 @@ def test_the_data_api_answers_bad_urls_and_paths_with_a_clear_400_never_a_500(cl
     assert answer.status_code == 400 and "is not yours" in str(answer.json())
 
 
+@pytest.mark.django_db
+def test_the_data_browser_offers_the_stores_a_job_of_the_chosen_pool_may_use(django_user_model):
+    from rest_framework.test import APIClient
+
+    from jobs.models import ResourcePool
+
+    user = django_user_model.objects.create_user("alice", password="pw")
+    api = APIClient()
+    api.force_authenticate(user)
+    pool, other = ResourcePool.objects.create(name="gpu-a"), ResourcePool.objects.create(name="gpu-b")
+    for name, pools in (("everywhere", []), ("for-a", [pool]), ("for-b", [other])):
+        storage = Storage(name=name, endpoint_url="http://127.0.0.1:9", schemes="obs" if name == "for-b" else "s3")
+        storage.set_keys("access", "secret")
+        storage.save()
+        storage.pools.set(pools)
+
+    def offered(**query) -> list[str]:
+        return [bucket["storage"] for bucket in api.get("/api/v1/data", query).json()["buckets"]]
+
+    assert offered() == ["everywhere", "for-a", "for-b"], "no pool chosen: any store, as the form takes"
+    assert offered(pool=pool.pk) == ["everywhere", "for-a"]
+    assert offered(pool=other.pk) == ["everywhere", "for-b"]
+    refused = api.get("/api/v1/data", {"pool": pool.pk, "url": "obs://user-1-alice/"})
+    assert refused.status_code == 400 and "No object store of this console answers to obs://" in str(refused.json())
+    assert api.get("/api/v1/data", {"pool": "gpu-a"}).json() == {"pool": ["Give the pool's number."]}
+
+
 @pytest.mark.parametrize(("path", "acceptable"), [
     ("/mnt/datasets", True), ("/lustre/imagenet", True), ("/", False), ("mnt/datasets", False), ("/mnt", False),
     ("/mnt/../etc", False), ("/etc/ssl", False), ("/home", False), ("/home/alice", False), ("/srv/data", False),

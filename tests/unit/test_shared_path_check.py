@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobs.runtime.preparation import check_shared_paths
+from jobs.runtime.shared_mounts import check_shared_paths
 from jobs.runtime.ssh import NodeError
 
 

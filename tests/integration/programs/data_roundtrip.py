@@ -1,6 +1,6 @@
 """Reads the job's input (--data_url, a local folder the platform filled, and --data_url_1 where given) on every
 rank, then writes checkpoints into --train_url on rank 0, one every --every seconds, --steps of them, after those
-already there."""
+already there. With --look, each rank says what it sees in that folder."""
 
 import argparse
 import hashlib
@@ -15,6 +15,7 @@ parser.add_argument("--data_url_1")
 parser.add_argument("--train_url")
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--every", type=float, default=0.0)
+parser.add_argument("--look")
 args, _ = parser.parse_known_args()
 rank = MPI.COMM_WORLD.Get_rank()
 
@@ -30,6 +31,12 @@ if args.data_url_1:
     further = sorted(name for _, _, files in os.walk(args.data_url_1) for name in files)
     print(f"rank {rank} read {len(further)} further files ({' '.join(further)}) from {args.data_url_1} "
           f"(DATA_URL_1={os.environ.get('DATA_URL_1')})", flush=True)
+if args.look:
+    try:
+        seen = " ".join(sorted(os.listdir(args.look)))
+    except OSError as error:
+        seen = f"nothing: {error.strerror}"
+    print(f"rank {rank} sees [{seen}] in {args.look}", flush=True)
 try:
     with open(os.path.join(args.data_url, "scribble.txt"), "w") as target:
         target.write("changed")
