@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.launch.checkpoint_contract import DEFAULT_NOTICE_SIGNAL, NOTICE_SIGNALS
 from jobs.launch.command_builder import ENV_NAME_RE, CommandError, allowed_options, check_mpirun_options
-from jobs.launch.data_paths import is_data_location, is_input
+from jobs.launch.data_paths import is_data_location, is_input, location_path
 from jobs.launch.network_policy import PolicyError, parse_allowed_destinations
 from jobs.launch.plan import JobValues, SharedMounts, SpecValues, SshTarget, WorkerValues
 from jobs.object_store.access import Reach, reach
@@ -318,8 +318,9 @@ class SharedPath(models.Model):
     pools = models.ManyToManyField(ResourcePool, blank=True, related_name="shared_paths",
                                    help_text=_("The pools whose nodes mount it (none: every pool)."))
     writable = models.BooleanField(default=False, help_text=_(
-        "Jobs may write here, each user in a folder of their own (user-3-alice), which is all of it their jobs see. "
-        "Otherwise every job of its pools reads all of it and none writes."))
+        "Jobs may write here, each user in a folder of their own (user-3-alice), which is all of it their jobs see; "
+        "the folder must be root's (on a Slurm pool without root, its Slurm user's) and writable by no one else. "
+        "Unticked, every job of its pools reads all of it, the users' folders included, and none writes."))
     enabled = models.BooleanField(default=True)
 
     class Meta:
@@ -936,7 +937,7 @@ class TrainingJob(models.Model):
         read_only: set[str] = set()
         writable: set[str] = set()
         for name, value in self.parameter_pairs():
-            path = value.rstrip("/") or "/"
+            path = location_path(value)
             if not path.startswith("/") or not is_data_location(name):
                 continue
             shared = SharedPath.covering(path, self.pool_id)

@@ -10,7 +10,8 @@ ranks must agree on both.
 It meets the console's checkpoint contract: with MA_CHECKPOINT_DIR (an s3:// or obs:// train_url), rank 0
 saves the parameters every --checkpoint_every steps (a MindSpore .ckpt) and says so in
 $MA_CHECKPOINT_DIR/checkpoint.json; given MA_RESUME_FROM every rank loads it and goes on after its step. On
-the notice before a stop (MA_CHECKPOINT_SIGNAL) the ranks agree on a step, save and end.
+the notice before a stop (MA_CHECKPOINT_SIGNAL) the ranks agree on a step, save and end. With --data_url (an
+s3:// or obs:// input is a local folder by then), rank 0 says how many files and bytes it holds.
 
 Run by the platform as:  mpirun ... python train.py [--steps=N --lr=X]
 """
@@ -72,6 +73,9 @@ def main():
     print(f"rank {rank}/{size} on host {host} mindspore {ms.__version__} data parallel, scheduler {scheduler}", flush=True)
     if rank == 0:
         print("parameters: " + json.dumps(sys.argv[1:]), flush=True)
+    if rank == 0 and args.data_url and os.path.isdir(args.data_url):
+        found = [os.path.join(top, name) for top, _, names in os.walk(args.data_url) for name in names]
+        print(f"data_url: {len(found)} files, {sum(os.path.getsize(path) for path in found)} bytes", flush=True)
 
     rng = np.random.default_rng(1234 + rank)
     true_weights = np.linspace(-1.0, 1.0, args.features).astype(np.float32)

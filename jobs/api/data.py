@@ -16,6 +16,7 @@ from jobs.models import Storage, usable_in_pool
 from jobs.object_store.access import Reach
 from jobs.object_store.client import StoreError
 from jobs.object_store.urls import ObjectUrlError, parse_object_url, safe_key_part
+from jobs.row_ids import row_id
 
 LINK_SECONDS = 900
 BROWSE_PAGE = 200
@@ -28,9 +29,10 @@ def _pool_of(request) -> int | None:
     text = str(request.query_params.get("pool", "")).strip()
     if not text:
         return None
-    if not text.isdigit():
+    number = row_id(text)
+    if number is None:
         raise ValidationError({"pool": [_("Give the pool's number.")]})
-    return int(text)
+    return number
 
 
 def _reach(request, text: str, field: str = "url", pool_id: int | None = None) -> Reach:

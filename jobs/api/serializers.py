@@ -23,6 +23,7 @@ from jobs.models import (
     TrainingJob,
     Worker,
 )
+from jobs.row_ids import row_id
 from jobs.submission.forms import SecondsOrOffField
 
 # The platform's own arguments, which the form takes as fields and a job keeps as its first parameters.
@@ -106,7 +107,8 @@ class CodeDirSharingSerializer(serializers.Serializer):
             return None
         user = self.context["user"]
         groups = Group.objects.all() if user.is_superuser else user.groups.all()
-        found = groups.filter(pk=int(text)).first() if text.isdigit() else None
+        number = row_id(text)
+        found = groups.filter(pk=number).first() if number is not None else None
         found = found or groups.filter(name=text).first()
         if found is None:
             # The same words whether the group exists or not: who is in which group is not told.

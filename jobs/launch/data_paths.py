@@ -37,6 +37,12 @@ def is_data_location(name: str) -> bool:
     return name == OUTPUT_NAME or is_input(name)
 
 
+def location_path(value: str) -> str:
+    """A data location typed as a path, as it is compared with shared file systems' folders: without its trailing
+    "/" (the root stays "/"), nothing else changed, so the submission's check and the mounts read it alike."""
+    return value.rstrip("/") or "/"
+
+
 def folder_of(name: str) -> str:
     """The folder an input or the output is in, under the inputs or outputs folder: data_url_0, data_url_1_0..."""
     if not is_data_location(name):

@@ -23,7 +23,7 @@ COLLECT_TIMEOUT_SECONDS = 900
 
 
 async def _walk(sftp: asyncssh.SFTPClient, root: str, *, cut_at_most: bool = False) -> list[FoundFile]:
-    """The regular files under root; past MAX_FILES a NodeError, or (cut_at_most) the first MAX_FILES found."""
+    """The regular files under root; past MAX_FILES a NodeError, or (cut_at_most) the first MAX_FILES + 1 found."""
     found: list[FoundFile] = []
     pending = [""]
     while pending:
@@ -40,7 +40,7 @@ async def _walk(sftp: asyncssh.SFTPClient, root: str, *, cut_at_most: bool = Fal
                 pending.append(path)
             elif stat.S_ISREG(mode):
                 found.append(FoundFile(path, entry.attrs.size or 0))
-                if len(found) >= MAX_FILES and cut_at_most:
+                if len(found) > MAX_FILES and cut_at_most:
                     return found
                 if len(found) > MAX_FILES:
                     raise NodeError("worker-0", "listing the outputs", f"more than {MAX_FILES} files")
@@ -92,7 +92,9 @@ async def _list_shared(target: SshTarget, remote_dir: str) -> OutputsResult:
         except asyncssh.SFTPError as error:
             return OutputsResult("missing", f"{remote_dir} cannot be read on worker-0: {error.reason}")
         files = await _walk(sftp, remote_dir, cut_at_most=True)
-    state, message = describe_shared(files, remote_dir, listed_all=len(files) < MAX_FILES)
+    listed_all = len(files) <= MAX_FILES
+    files = files[:MAX_FILES]
+    state, message = describe_shared(files, remote_dir, listed_all=listed_all)
     return OutputsResult(state, message, files)
 
 

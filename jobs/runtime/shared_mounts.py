@@ -4,8 +4,8 @@ Their paths were checked as text when they were registered and when the job was 
 whatever a path leads to on the node: a link there (the path itself or a folder above it) would mount /etc as
 well as a dataset. So each is mounted only while the node resolves it to itself, a folder. A user's folder in a
 writable one is made where missing (the first job writing there), as the job's uid's, and only where the file
-system itself passes that check: nothing of a job ever sees the folder above the users' ones, so no job can
-have put a link where their folder is made.
+system's own folder is root's and writable by no one else: no job ever sees that folder, and no other account
+of the node may write in it, so no one can have made a user's folder first or put a link where it is made.
 """
 
 import posixpath
@@ -17,10 +17,20 @@ from jobs.launch.plan import JobPlan, WorkerPlan
 from jobs.runtime.containers import JOB_UID, as_node_root
 from jobs.runtime.ssh import NodeError, run_checked
 
-# Made (one level: the file system's own folder must already be there) with the user's folder's mode, and
-# refused where it already is something other than a folder (a link to one included).
-MAKE_OWN_FOLDER = ('mkdir -p -m 700 -- "$1" && [ -d "$1" ] && [ ! -L "$1" ] && chown -h "$2:$2" -- "$1" '
-                   '|| { echo "it is not a folder" >&2; exit 1; }')
+# The file system's own folder takes users' folders only while no one but root (on a node reached without root,
+# the Slurm user: root of its namespace, where this runs) may write in it: anyone else could make a user's
+# folder first, theirs to read, or put a link where it is to go. Run with the folder (readlink -e resolved it to
+# itself just before).
+CHECK_ROOT = (r'set -- "$1" $(stat -c "%u %a" -- "$1") && [ "$2" = 0 ] && [ $(( 0$3 & 022 )) = 0 ] '
+              r"""|| { echo "it may be written by others than root (owner uid $2, mode $3): register a folder of the """
+              r"""console's own in it, root's and writable by no one else" >&2; exit 1; }""")
+# A user's folder: made (one level) with its mode, or taken as it is only while it is a folder (no link) of the
+# job's uid's or root's; given to the job's uid and closed to everyone else each time.
+MAKE_OWN_FOLDER = (r'mkdir -p -m 700 -- "$1" && [ -d "$1" ] && [ ! -L "$1" ] '
+                   r'|| { echo "it is there and is not a folder" >&2; exit 1; }; '
+                   r'owner=$(stat -c %u -- "$1") && { [ "$owner" = 0 ] || [ "$owner" = "$2" ]; } '
+                   r"""|| { echo "it belongs to uid $owner, not to the jobs' uid $2" >&2; exit 1; }; """
+                   r'chown -h "$2:$2" -- "$1" && chmod 700 -- "$1"')
 
 
 async def check_shared_paths(connection: asyncssh.SSHClientConnection, label: str, paths: Sequence[str]) -> None:
@@ -45,7 +55,11 @@ async def make_own_folders(connection: asyncssh.SSHClientConnection, worker: Wor
     """The owner's folders in writable shared file systems, made where missing and given to the job's uid (on a
     node reached without root, the uid the containers map it to)."""
     label = worker.node.label
-    await check_shared_paths(connection, label, sorted({posixpath.dirname(folder) for folder in folders}))
+    roots = sorted({posixpath.dirname(folder) for folder in folders})
+    await check_shared_paths(connection, label, roots)
+    for root in roots:
+        await run_checked(connection, label, f"mounting the shared file system {root}",
+                          as_node_root(worker, ["sh", "-c", CHECK_ROOT, "sh", root]))
     for folder in folders:
         await run_checked(connection, label, f"making your folder {folder} on the shared file system",
                           as_node_root(worker, ["sh", "-c", MAKE_OWN_FOLDER, "sh", folder, str(JOB_UID)]))

@@ -41,6 +41,7 @@ from jobs.node_facts import shared_interfaces
 from jobs.object_store.urls import has_scheme
 from jobs.results.metrics import MetricDefinitionError, validate_metric_definitions
 from jobs.results.watchdog import rank_exit_grace
+from jobs.row_ids import row_id
 from jobs.submission.access import visible_code_dirs
 from jobs.submission.object_urls import InputsListed, input_room, object_url_problem
 from jobs.submission.shared_paths import shared_path_problem
@@ -136,8 +137,9 @@ class NameOrIdChoiceField(forms.ModelChoiceField):
             return None
         assert self.queryset is not None, "every field of this kind is given its queryset"
         text = str(value).strip()
-        if text.isdigit():
-            found = self.queryset.filter(pk=int(text)).first()
+        number = row_id(text)
+        if number is not None:
+            found = self.queryset.filter(pk=number).first()
             if found:
                 return found
         for lookup in self.name_lookups:

@@ -8,14 +8,14 @@ import posixpath
 
 from django.utils.translation import gettext as _
 
-from jobs.launch.data_paths import is_input
+from jobs.launch.data_paths import is_input, location_path
 from jobs.models import ResourcePool, SharedPath
 
 
 def shared_path_problem(name: str, text: str, user_id: int | None, username: str, pool: ResourcePool | None) -> str:
     """Why the path `text`, typed as an input (data_url, data_url_1 ...) or train_url, cannot be used ("" when it
     can, or when no shared file system of the job's pool holds it)."""
-    path = text.strip().rstrip("/") or "/"
+    path = location_path(text)
     if not path.startswith("/"):
         return ""
     shared = SharedPath.covering(path, pool.pk if pool else None)

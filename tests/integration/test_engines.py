@@ -140,14 +140,20 @@ def test_an_engines_example_whose_worker_is_killed_resumes_in_attempt_2_with_the
     version = request.getfixturevalue(engine)
     storage = register(object_store.endpoint, object_store.state)
     bucket = storage.user_bucket(owner.pk, owner.username)
-    ObjectStore(storage.access()).create_bucket(bucket)
+    store = ObjectStore(storage.access())
+    store.create_bucket(bucket)
+    store.client.put_object(Bucket=bucket, Key="datasets/toy/samples.csv", Body=b"x,y\n1,2\n" * 100)
     checksum = re.compile(r"rank 0 final weights checksum (\S+)")
 
+    # Each engine reads its input from s3:// and keeps its output in obs:// (the same store).
     straight = submit(api, version.version, f"{engine}-train", parameters=[{"name": "steps", "value": "30"}],
-                      train_url=f"obs://{bucket}/runs/{engine}-straight/")
+                      data_url=f"s3://{bucket}/datasets/toy/", train_url=f"obs://{bucket}/runs/{engine}-straight/")
     straight = wait_for(straight, [JobStatus.COMPLETED], timeout=300)
     expected = checksum.search(log_text(straight))
     assert expected, log_text(straight)
+    assert "data_url: 1 files, 800 bytes" in log_text(straight)
+    assert any(item.key.startswith(f"runs/{engine}-straight/checkpoints/")
+               for item in store.objects(bucket, f"runs/{engine}-straight/", 100))
 
     job = submit(api, version.version, f"{engine}-train", max_restarts=1, train_url=f"obs://{bucket}/runs/{engine}-killed/",
                  parameters=[{"name": "steps", "value": "30"}, {"name": "step_seconds", "value": "0.3"},

@@ -9,6 +9,7 @@ job, and up to the stop after a stop; a rerun fetches nothing again; another use
 import hashlib
 import json
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -270,27 +271,35 @@ def test_an_input_on_a_shared_file_system_is_mounted_read_only_not_copied(api, s
 
 def test_on_a_writable_shared_file_system_a_job_writes_in_its_owners_folder_and_sees_no_one_elses(
         api, owner, shared_folder):
-    scratch = SharedPath.objects.create(name="scratch", path=str(shared_folder), writable=True)
+    # The datasets on a read-only file system of their own; the users' folders on a writable one, where the
+    # owner has none yet and someone else has one.
+    scratch_root = shared_folder / "scratch"
+    scratch_root.mkdir(mode=0o755)
+    SharedPath.objects.create(name="datasets", path=str(shared_folder / "datasets"))
+    scratch = SharedPath.objects.create(name="scratch", path=str(scratch_root), writable=True)
+    (scratch_root / "user-99-someone").mkdir()
+    (scratch_root / "user-99-someone" / "secret.txt").write_text("theirs")
     own = Path(scratch.user_folder(owner.pk, owner.username))
-    shutil.copytree(shared_folder / "datasets", own / "datasets")
-    (shared_folder / "user-99-someone" / "secret.txt").parent.mkdir()
-    (shared_folder / "user-99-someone" / "secret.txt").write_text("theirs")
-    job = submit_program(api, "data_roundtrip.py", data_url=f"{own}/datasets/toy", train_url=f"{own}/runs/first",
-                         parameters=[*steps(2), {"name": "look", "value": str(shared_folder)}])
+
+    job = submit_program(api, "data_roundtrip.py", data_url=f"{shared_folder}/datasets/toy", train_url=f"{own}/runs/first",
+                         parameters=[*steps(2), {"name": "look", "value": str(scratch_root)}])
     job = wait_for(job, [JobStatus.COMPLETED], timeout=240)
     log = log_text(job)
     for rank in range(4):
-        assert f"rank {rank} read 3 files from {own}/datasets/toy" in log, log
+        assert f"rank {rank} read 3 files from {shared_folder}/datasets/toy" in log, log
+        assert f"rank {rank} cannot write into its input: Read-only file system" in log, log
         # The file system's own folder in the container holds the mount point of the owner's folder, alone.
-        assert f"rank {rank} sees [{own.name}] in {shared_folder}" in log, log
+        assert f"rank {rank} sees [{own.name}] in {scratch_root}" in log, log
+    made = own.stat()
+    assert (made.st_uid, stat.S_IMODE(made.st_mode)) == (1000, 0o700), "made by the node for the jobs' uid, closed"
     written = own / "runs" / "first" / "checkpoints"
     assert sorted(path.name for path in written.iterdir()) == ["step-0.txt", "step-1.txt"]
-    assert {own.stat().st_uid, (written / "step-0.txt").stat().st_uid} == {1000}
+    assert (written / "step-0.txt").stat().st_uid == 1000
     # Listed on the job's page, not copied into the console.
     assert job.outputs_summary["state"] == "on_shared", job.outputs_summary
     assert sorted(job.output_files.values_list("path", flat=True)) == ["checkpoints/step-0.txt", "checkpoints/step-1.txt"]
     assert not outputs_root(job.pk).exists()
-    assert (shared_folder / "user-99-someone" / "secret.txt").read_text() == "theirs"
+    assert (scratch_root / "user-99-someone" / "secret.txt").read_text() == "theirs"
 
 
 def test_a_shared_path_that_is_a_link_on_the_node_is_not_mounted_and_the_job_fails_saying_where_it_leads(api, console):

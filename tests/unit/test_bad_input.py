@@ -162,6 +162,14 @@ def test_a_huge_number_as_a_value_is_refused(api, catalogue):
     assert not TrainingJob.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["pool", "spec", "engine"])
+@pytest.mark.parametrize("typed", ["²", "٣", "1" * 20])
+def test_a_number_python_reads_as_digits_but_no_row_can_have_is_a_field_error(api, catalogue, field, typed):
+    errors = assert_json_error(api.post(JOBS, job_body(**{field: typed}), format="json"), 400)
+    assert field in errors, errors
+    assert not TrainingJob.objects.exists()
+
+
 def test_a_tab_and_a_value_at_the_limit_are_accepted(api, catalogue, django_capture_on_commit_callbacks):
     parameters = [{"name": "sep", "value": "a\tb"}, {"name": "long", "value": "y" * 4096}]
     with django_capture_on_commit_callbacks(execute=False):

@@ -271,7 +271,9 @@ def test_the_data_browser_offers_the_stores_a_job_of_the_chosen_pool_may_use(dja
     assert offered(pool=other.pk) == ["everywhere", "for-b"]
     refused = api.get("/api/v1/data", {"pool": pool.pk, "url": "obs://user-1-alice/"})
     assert refused.status_code == 400 and "No object store of this console answers to obs://" in str(refused.json())
-    assert api.get("/api/v1/data", {"pool": "gpu-a"}).json() == {"pool": ["Give the pool's number."]}
+    for typed in ("gpu-a", "²", "1" * 20):
+        answer = api.get("/api/v1/data", {"pool": typed})
+        assert (answer.status_code, answer.json()) == (400, {"pool": ["Give the pool's number."]}), typed
 
 
 @pytest.mark.parametrize(("path", "acceptable"), [

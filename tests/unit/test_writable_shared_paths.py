@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs.launch.plan import SharedMounts
+from jobs.launch.plan import KeyPair, SharedMounts, SshTarget, WorkerValues, plan_job
 from jobs.models import SharedPath
 from jobs.runtime.containers import JOB_UID, run_argv
 from jobs.runtime.shared_mounts import make_own_folders
 from jobs.runtime.ssh import NodeError
 from tests.unit.test_forms import catalog  # noqa: F401 - a fixture, found by name
-from tests.unit.test_object_storage import plan_of
 from tests.unit.test_shared_path_check import HereConnection
+from tests.unit.test_slurm_client import job_values
 
 pytestmark = pytest.mark.django_db
 
@@ -68,9 +68,16 @@ def test_nothing_of_another_users_folder_nor_a_read_only_train_url_is_mounted(ma
     assert job.shared_mounts() == SharedMounts()
 
 
-def test_the_containers_mount_the_owners_folder_writable_at_its_own_path():
-    plan = replace(plan_of((("train_url", "/mnt/scratch/user-3-a/run"),)), writable_mounts=("/mnt/scratch/user-3-a",))
-    assert "/mnt/scratch/user-3-a:/mnt/scratch/user-3-a:rw,nosuid,nodev" in run_argv(plan, plan.workers[0])
+def test_the_containers_mount_the_owners_folder_writable_and_a_read_only_one_read_only_at_their_own_paths():
+    node = SshTarget("node-a", "10.0.0.1", 22, "root", "key")
+    values = replace(job_values(), parameters=(("data_url", "/mnt/datasets/mnist"), ("train_url", "/mnt/scratch/user-3-a/run")),
+                     shared_mounts=SharedMounts(read_only=("/mnt/datasets",), writable=("/mnt/scratch/user-3-a",)))
+    plan = plan_job(values, [WorkerValues(index=0, address="10.0.0.1", hostname="job-12-worker-0", node=node)],
+                    work_root="/srv/jobs", user="ma-user", preferred_uid=1000, client_key=KeyPair("private", "public"),
+                    host_key=KeyPair("private", "public"))
+    argv = run_argv(plan, plan.workers[0])
+    assert "/mnt/scratch/user-3-a:/mnt/scratch/user-3-a:rw,nosuid,nodev" in argv
+    assert "/mnt/datasets:/mnt/datasets:ro,nosuid,nodev" in argv
     assert "--train_url=/mnt/scratch/user-3-a/run" in plan.command
 
 
@@ -108,27 +115,60 @@ def make(*folders: str) -> None:
     asyncio.run(make_own_folders(HereConnection(), node_worker(), folders))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving the folder to the job's uid takes root, as on the nodes")
-def test_the_node_makes_the_owners_folder_for_the_jobs_uid_and_keeps_what_is_in_it(tmp_path):
-    folder = tmp_path / "user-3-alice"
+# The node's side runs as root there (or as the root of the Slurm user's namespace), and so here.
+as_on_a_node = pytest.mark.skipif(os.geteuid() != 0, reason="the node's root makes the folders")
+
+
+@pytest.fixture
+def shared_root(tmp_path):
+    root = tmp_path / "scratch"
+    root.mkdir(mode=0o755)
+    return root
+
+
+@as_on_a_node
+def test_the_node_makes_the_owners_folder_for_the_jobs_uid_closed_to_others_and_keeps_what_is_in_it(shared_root):
+    folder = shared_root / "user-3-alice"
     make(str(folder))
     made = folder.stat()
     assert stat.S_ISDIR(made.st_mode) and stat.S_IMODE(made.st_mode) == 0o700 and made.st_uid == JOB_UID
     (folder / "kept.txt").write_text("x")
+    folder.chmod(0o777)
     make(str(folder))
-    assert (folder / "kept.txt").read_text() == "x"
+    assert (folder / "kept.txt").read_text() == "x" and stat.S_IMODE(folder.stat().st_mode) == 0o700
 
 
-def test_no_folder_is_made_where_a_link_stands_or_below_a_file_system_that_is_a_link(tmp_path):
+@as_on_a_node
+def test_no_folder_is_made_where_a_link_stands_nor_below_a_link(shared_root, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (tmp_path / "user-3-alice").symlink_to(elsewhere)
-    with pytest.raises(NodeError, match=re.escape("making your folder") + ".*it is not a folder"):
-        make(str(tmp_path / "user-3-alice"))
+    (shared_root / "user-3-alice").symlink_to(elsewhere)
+    with pytest.raises(NodeError, match=re.escape("making your folder") + ".*it is there and is not a folder"):
+        make(str(shared_root / "user-3-alice"))
     (tmp_path / "linked-root").symlink_to(elsewhere)
     with pytest.raises(NodeError, match=re.escape(f"it leads to {elsewhere} on this node (a link)")):
         make(str(tmp_path / "linked-root" / "user-3-alice"))
     assert not list(elsewhere.iterdir())
+
+
+@as_on_a_node
+def test_a_folder_someone_else_made_first_is_not_taken_for_the_users(shared_root):
+    planted = shared_root / "user-3-alice"
+    planted.mkdir(mode=0o777)
+    os.chown(planted, 4321, 4321)
+    with pytest.raises(NodeError, match="it belongs to uid 4321, not to the jobs' uid 1000"):
+        make(str(planted))
+    assert planted.stat().st_uid == 4321
+
+
+@as_on_a_node
+@pytest.mark.parametrize(("mode", "owner"), [(0o1777, 0), (0o775, 0), (0o755, 4321)])
+def test_no_users_folder_is_made_in_a_file_system_folder_others_than_root_may_write(shared_root, mode, owner):
+    shared_root.chmod(mode)
+    os.chown(shared_root, owner, owner)
+    with pytest.raises(NodeError, match=f"it may be written by others than root \\(owner uid {owner}, mode {mode:o}\\)"):
+        make(str(shared_root / "user-3-alice"))
+    assert not (shared_root / "user-3-alice").exists()
 
 
 def test_the_forms_preview_shows_the_command_for_a_train_url_in_the_owners_folder(catalog, owner, scratch):  # noqa: F811
