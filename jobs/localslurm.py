@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -139,6 +140,17 @@ def _owned(path: Path, user: str, mode: int) -> Path:
     os.chown(path, uid, gid)
     os.chmod(path, mode)
     return path
+
+
+def _let_daemons_through(state_dir: Path) -> None:
+    """munged, slurmctld and slurmd run as their own users and must reach their files: a folder above the state's
+    that others may not pass through (a folder made 0700 with what it holds, as podman makes a missing --root) is
+    given g+x and o+x, passage only, no listing (munged wants passage for all on the way to its socket)."""
+    passage = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    for folder in state_dir.parents:
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & passage != passage:
+            os.chmod(folder, mode | passage)
 
 
 def _folder(path: Path, user: str = "root", mode: int = 0o755) -> Path:
@@ -371,6 +383,7 @@ def up(state_dir: Path, nodes: Sequence[SlurmNode], *, controller_address: str, 
         raise RuntimeError("slurmdbd keeps its accounting in MariaDB (or MySQL) at 127.0.0.1:3306, and nothing "
                            "answers there: start the database server first")
     _folder(state_dir, "root", 0o755)
+    _let_daemons_through(state_dir)
     with _locked(state_dir):
         state = _load(state_dir) or {"cluster": cluster, "base_port": base_port, "database": database, "pids": {}}
         if (state["cluster"], state["base_port"], state["database"]) != (cluster, base_port, database):

@@ -47,6 +47,9 @@ def archive_path(recipe: ImageRecipe) -> Path:
 
 def podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
     """Podman with the builder's own store, so building touches no node's images."""
+    # Made here first: podman makes a missing --root with every folder above it 0700, the console's own folder
+    # included, which would shut the local Slurm's daemons (their own users) out of their folders beside it.
+    images_dir().mkdir(parents=True, exist_ok=True)
     root = images_dir() / "store"
     command = ["podman", "--root", str(root), "--runroot", str(images_dir() / "run"), *args]
     result = subprocess.run(command, capture_output=capture, text=True,

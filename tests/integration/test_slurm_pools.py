@@ -8,6 +8,9 @@ the batch job's step runs the containers with that user's rootless Podman; one t
 import base64
 import ipaddress
 import os
+import pwd
+import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +24,17 @@ from jobs.allocation import waiting_reason
 from jobs.backends.slurm import check_pool
 from jobs.code_dirs.service import register_examples
 from jobs.images.recipes import HOROVOD, MINDSPORE
-from jobs.models import FINAL_STATES, Engine, EngineVersion, JobStatus, Node, ResourcePool, StopReason, TrainingJob
+from jobs.models import (
+    FINAL_STATES,
+    Engine,
+    EngineVersion,
+    JobStatus,
+    Node,
+    ResourcePool,
+    SharedPath,
+    StopReason,
+    TrainingJob,
+)
 from jobs.secret_box import seal_secret
 from jobs.slurm.rest import Credentials, SlurmRest
 from jobs.slurm.states import Phase, phase_of
@@ -197,6 +210,32 @@ def test_a_job_of_a_slurm_pool_runs_on_the_nodes_slurm_gave_and_slurm_accounts_i
     assert "account console, QOS" in page
     assert api.get(f"/api/v1/training-jobs/{job.pk}/log?offset=0").status_code == 200
     assert "Slurm partition batch" in browser.get("/capacity").content.decode()
+
+
+def test_on_a_pool_without_root_a_users_folder_on_a_writable_shared_file_system_is_made_for_the_containers_uid(
+        api, owner, slurm_pool, slurm_site):
+    # As a site gives it: a folder of the console's own on the shared file system, the Slurm user's, 0755.
+    root = Path(f"/mnt/tc-test-slurm-scratch-{RUN_ID}")
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(mode=0o755)
+    slurm_user = pwd.getpwnam(USER)
+    os.chown(root, slurm_user.pw_uid, slurm_user.pw_gid)
+    try:
+        scratch = SharedPath.objects.create(name="scratch", path=str(root), writable=True)
+        own = Path(scratch.user_folder(owner.pk, owner.username))
+        job = submit_program(api, "data_roundtrip.py", pool="slurm", data_url=str(own), train_url=f"{own}/runs/first",
+                             parameters=[{"name": "steps", "value": "2"}, {"name": "look", "value": str(root)}])
+        job = wait_for(job, [JobStatus.COMPLETED], timeout=WAIT_S * 2)
+        log = log_text(job)
+        assert f"rank 0 sees [{own.name}] in {root}" in log, log
+        assert sorted(path.name for path in (own / "runs" / "first" / "checkpoints").iterdir()) == ["step-0.txt", "step-1.txt"]
+        # Not the host's uid 1000: the one the Slurm user's namespace maps the containers' 1000 to.
+        made = own.stat()
+        assert made.st_uid not in (0, 1000, slurm_user.pw_uid) and stat.S_IMODE(made.st_mode) == 0o700, made
+        assert job.outputs_summary["state"] == "on_shared", job.outputs_summary
+    finally:
+        subprocess.run(["podman", "unshare", "rm", "-rf", str(root)], user=USER, cwd="/", check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_pool_given_root_ssh_by_its_administrator_runs_its_containers_as_root_and_completes(
