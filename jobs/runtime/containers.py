@@ -36,6 +36,10 @@ LABEL = "training-console.job"
 WORKDIR_LABEL = "training-console.workdir"
 # The bytes the job's home and the container's writable layer may hold together (worker-usage.sh reads it).
 DISK_LIMIT_LABEL = "training-console.disk-limit"
+# The GPUs the container was given, as nvidia-smi -i takes them, or NO_GPUS (worker-usage.sh reads it): on a
+# Slurm node those of the step, which the plan does not know.
+GPUS_LABEL = "training-console.gpus"
+NO_GPUS = "none"
 # Podman's default seccomp profile less new namespaces (see jobs/runtime/seccomp.py); each worker's
 # preparation uploads it beside the job's home, where `podman run` reads it.
 SECCOMP_PROFILE = Path(__file__).resolve().parent / "seccomp-job.json"
@@ -51,11 +55,17 @@ def seccomp_path(worker: WorkerPlan) -> str:
 
 def run_argv(plan: JobPlan, worker: WorkerPlan) -> list[str]:
     """`podman run` of the worker's container, with the GPUs the plan gives it."""
-    return run_options(plan, worker) + device_options(worker.gpu_devices) + image_command(plan)
+    return (run_options(plan, worker) + ["--label", f"{GPUS_LABEL}={gpu_indices(worker.gpu_devices) or NO_GPUS}"]
+            + device_options(worker.gpu_devices) + image_command(plan))
 
 
 def device_options(devices: tuple[str, ...]) -> list[str]:
     return [word for device in devices for word in ("--device", device)]
+
+
+def gpu_indices(devices: tuple[str, ...]) -> str:
+    """The GPUs of CDI names (nvidia.com/gpu=0), as nvidia-smi -i takes them: 0,3."""
+    return ",".join(device.rpartition("=")[2] for device in devices if device.rpartition("=")[2].isdigit())
 
 
 def image_command(plan: JobPlan) -> list[str]:

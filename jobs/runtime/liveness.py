@@ -24,7 +24,7 @@ from django.conf import settings
 
 from jobs.launch.plan import WorkerPlan
 from jobs.results.failure_card import DISK_LIMIT_REASON
-from jobs.runtime.containers import as_node_root
+from jobs.runtime.containers import as_node_root, gpu_indices
 from jobs.runtime.preparation import NODE_SCRIPTS
 from jobs.runtime.ssh import NodeError, connect
 
@@ -166,11 +166,6 @@ def read_usage(text: str) -> tuple[str, Usage | None]:
                         gpu_memory_bytes=gpu_mem * 1024 * 1024 if gpu_mem is not None else None,
                         disk_bytes=number("disk"), disk_limit_bytes=number("disk_limit"),
                         disk_free_bytes=number("disk_free"))
-
-
-def gpu_indices(devices: tuple[str, ...]) -> str:
-    """The GPUs a worker was given, by their CDI names (nvidia.com/gpu=0), as nvidia-smi -i takes them."""
-    return ",".join(device.rpartition("=")[2] for device in devices if device.rpartition("=")[2].isdigit())
 
 
 class WorkerWatch:

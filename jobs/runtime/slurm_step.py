@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncssh
 
 from jobs.launch.plan import JobPlan, WorkerPlan
-from jobs.runtime.containers import device_options, image_command, run_options
+from jobs.runtime.containers import GPUS_LABEL, NO_GPUS, device_options, gpu_indices, image_command, run_options
 from jobs.runtime.ssh import NodeError, run_checked
 
 # Defines remove_step_cgroups, which the teardown runs too (jobs.runtime.teardown).
@@ -108,15 +108,17 @@ def gpu_choice(worker: WorkerPlan) -> list[str]:
     """The lines that set `devices`, the container's GPUs: the ones Slurm gave the step (SLURM_STEP_GPUS, where the
     site's GRES names them) rather than the node's first ones the plan names, which may be another job's on a node
     Slurm shares; none for a spec without GPUs, whatever the step was given."""
-    lines = [f"devices=({shlex.join(device_options(worker.gpu_devices))})"]
+    lines = [f"devices=({shlex.join(device_options(worker.gpu_devices))})",
+             f"gpus={shlex.quote(gpu_indices(worker.gpu_devices))}"]
     if worker.gpu_devices:
         lines += [
-            'if [ -n "${SLURM_STEP_GPUS-}" ]; then devices=()',
+            'if [ -n "${SLURM_STEP_GPUS-}" ]; then devices=() gpus=',
             '    for gpu in ${SLURM_STEP_GPUS//,/ }; do case $gpu in *[!0-9]*) continue ;; esac',
-            '        devices+=(--device "nvidia.com/gpu=$gpu"); done',
+            '        devices+=(--device "nvidia.com/gpu=$gpu"); gpus=${gpus:+$gpus,}$gpu; done',
             "fi",
         ]
-    return lines
+    # The container says which, for the watch's GPU readings (worker-usage.sh).
+    return [*lines, f'devices+=(--label "{GPUS_LABEL}=${{gpus:-{NO_GPUS}}}")']
 
 
 def outside_the_step(cgroups: str) -> bool:

@@ -8,7 +8,8 @@ import pytest
 
 from jobs.models import ResourceSample
 from jobs.runtime import resources
-from jobs.runtime.liveness import Probe, Usage, gpu_indices, read_usage
+from jobs.runtime.containers import gpu_indices
+from jobs.runtime.liveness import Probe, Usage, read_usage
 from jobs.runtime.resources import ResourceRecorder
 
 
@@ -155,3 +156,35 @@ def test_the_recorders_own_look_waits_no_longer_than_one_probe_for_a_silent_node
 
     assert time.monotonic() - started < 2
     assert [sample.worker_index for sample in ResourceSample.objects.filter(job=job)] == [0], "the node that answered"
+
+
+def usage_answer(tmp_path, label: str, plans_gpus: str) -> tuple[str, str]:
+    """worker-usage.sh's answer for a running container whose GPUs label says `label`, beside the GPUs nvidia-smi
+    was asked about: podman and nvidia-smi are stand-ins on the PATH (the container's pid is this process's)."""
+    import os
+    import subprocess
+
+    from jobs.runtime.liveness import USAGE_SCRIPT
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "podman").write_text(f"#!/bin/sh\nprintf 'true {os.getpid()}\\n\\n\\n\\n{label}\\n'\n")
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/asked\necho '50, 1024'\n")
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    done = subprocess.run(["sh", "-s", "--", "job-1-worker-0", plans_gpus], input=USAGE_SCRIPT, capture_output=True,
+                          text=True, env={**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}, timeout=30)
+    asked = tmp_path / "asked"
+    return done.stdout, asked.read_text().strip() if asked.exists() else ""
+
+
+@pytest.mark.parametrize(("label", "plans", "asked"), [
+    ("2,3", "0,1", "-i 2,3"),  # a Slurm step's GPUs, not the node's first ones the plan named
+    ("none", "0,1", ""),
+    ("", "0,1", "-i 0,1"),  # a container started before the label: the plan's
+])
+def test_the_watch_reads_the_gpus_the_container_says_it_was_given(tmp_path, label, plans, asked):
+    answer, said = usage_answer(tmp_path, label, plans)
+    assert "state=running" in answer, answer
+    assert said.endswith(asked) if asked else said == "", said
+    assert ("gpu_util=50 gpu_mem_mib=1024" in answer) is bool(asked), answer

@@ -247,12 +247,13 @@ wait $!
     assert code == job_exit and cleaned.exists(), "the job ended before its container was cleaned up"
 
 
-@pytest.mark.parametrize(("step_gpus", "given"), [
-    ("2,3", ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]),
-    ("", ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]),
+@pytest.mark.parametrize(("step_gpus", "given", "label"), [
+    ("2,3", ["nvidia.com/gpu=2", "nvidia.com/gpu=3"], "2,3"),
+    ("", ["nvidia.com/gpu=0", "nvidia.com/gpu=1"], "0,1"),
+    ("gpu-a", [], "none"),
 ])
-def test_a_container_gets_the_gpus_slurm_gave_its_step_and_the_plans_where_slurm_names_none(
-        make_job, tmp_path, step_gpus, given):
+def test_a_container_gets_the_gpus_slurm_gave_its_step_and_the_plans_where_slurm_names_none_and_says_which(
+        make_job, tmp_path, step_gpus, given, label):
     import dataclasses
     import signal
 
@@ -262,6 +263,7 @@ def test_a_container_gets_the_gpus_slurm_gave_its_step_and_the_plans_where_slurm
                                            env={"SLURM_STEP_GPUS": step_gpus})
     words = (tmp_path / "run-args").read_text().splitlines()
     assert code == 143 and [words[i + 1] for i, word in enumerate(words) if word == "--device"] == given
+    assert f"training-console.gpus={label}" in words, "the watch reads the GPUs it has from the container"
     assert words[-6:] == [plan.image, "/usr/sbin/sshd", "-D", "-e", "-f", words[-1]], "the devices come before the image"
 
 
@@ -271,4 +273,5 @@ def test_a_spec_without_gpus_gets_none_whatever_the_step_was_given(make_job, tmp
     _job, plan = planned(make_job, root_ssh=False)
     code, _calls, _took = run_start_script(tmp_path, plan, plan.workers[0], exists_for=100, signal=signal.SIGUSR1,
                                            env={"SLURM_STEP_GPUS": "0,1"})
-    assert code == 143 and "--device" not in (tmp_path / "run-args").read_text().splitlines()
+    words = (tmp_path / "run-args").read_text().splitlines()
+    assert code == 143 and "--device" not in words and "training-console.gpus=none" in words

@@ -3,17 +3,20 @@
 # Prints "state=running|stopped|gone|error", then, for a running one, "cpu_ns=N mem=N limit=N" from its
 # cgroup (v1 or v2), "disk=N disk_limit=N disk_free=N" (bytes: what the job's home and the container's
 # writable layer hold, the container's disk limit label, what the node's disk has left; disk is left
-# empty when counting took too long) and, where GPUs are given (their indices, comma-separated),
-# "gpu_util=N gpu_mem_mib=N".
+# empty when counting took too long) and, where the container has GPUs, "gpu_util=N gpu_mem_mib=N".
+# Which GPUs: those its label training-console.gpus names (comma-separated indices, or "none"), which on a
+# Slurm node are the step's; GPU_INDICES, the plan's, for a container started without the label.
 # Usage: worker-usage.sh CONTAINER_NAME [GPU_INDICES]
 set -u
 name=$1 gpus=${2:-}
 
-# One line each: running and pid, the disk limit label, the writable layer, the job's home on the node.
+# One line each: running and pid, the disk limit label, the writable layer, the job's home on the node, the
+# GPUs label.
 format='{{.State.Running}} {{.State.Pid}}
 {{index .Config.Labels "training-console.disk-limit"}}
 {{.GraphDriver.Data.UpperDir}}
-{{range .Mounts}}{{if eq .Destination "/home/ma-user"}}{{.Source}}{{end}}{{end}}'
+{{range .Mounts}}{{if eq .Destination "/home/ma-user"}}{{.Source}}{{end}}{{end}}
+{{index .Config.Labels "training-console.gpus"}}'
 if ! answer=$(podman container inspect --format "$format" "$name" 2>&1); then
     case "$answer" in
         *"no such"*) echo "state=gone" ;;
@@ -25,6 +28,11 @@ first=$(echo "$answer" | sed -n 1p)
 disk_limit=$(echo "$answer" | sed -n 2p | tr -cd '0-9')
 upper=$(echo "$answer" | sed -n 3p)
 home=$(echo "$answer" | sed -n 4p)
+given=$(echo "$answer" | sed -n 5p)
+case $given in
+    none) gpus= ;;
+    *[0-9]*) gpus=$(echo "$given" | tr -cd '0-9,') ;;
+esac
 running=${first% *} pid=${first#* }
 if [ "$running" != true ]; then
     echo "state=stopped"
