@@ -12,7 +12,8 @@ How it is kept safe and offline:
 - Images are pulled by their manifest's digest, which the console wrote down when it pushed them, so a node
   takes those bytes or nothing, whatever else answers on that port.
 - Only `manage.py buildimages` pushes, to a writable server of its own that it starts on a free loopback port
-  for the push and stops after it.
+  for the push and stops after it. It then drops the tags no current recipe names and the layers only they
+  reached (collect_garbage): each change of an engine's recipe would otherwise leave its old layers behind.
 """
 
 import fcntl
@@ -23,7 +24,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -116,6 +118,65 @@ def start(config_file: Path, port: int, text: str, log_path: Path,
     return process
 
 
+@contextmanager
+def _push_lock() -> Iterator[None]:
+    """One push (or collection) at a time on this host (make run beside make test, two test runs)."""
+    folder = Path(settings.IMAGES_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "registry.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _tagged(reference: str) -> str | None:
+    """The manifest digest the registry's folder holds under the reference's tag (None: no such tag, as after a
+    collection by a checkout whose recipes are other ones)."""
+    tag = (storage_dir() / "docker" / "registry" / "v2" / "repositories" / repository_of(reference) / "_manifests"
+           / "tags" / reference.rpartition(":")[2] / "current" / "link")
+    try:
+        return tag.read_text().strip()
+    except OSError:
+        return None
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def collect_garbage(keep: Iterable[str], say: Progress) -> list[str]:
+    """Drop every tag of the console's repositories but those of `keep` (the current recipes' references), then
+    the manifests and layers no tag reaches any more (`garbage-collect --delete-untagged`); the tags dropped, as
+    references. A layer the kept images share (their base) stays. The read-only server may serve meanwhile: it
+    is asked only for the kept images, whose blobs stay; no writable one runs, under the push lock."""
+    found = binary()
+    kept = {reference.removeprefix("localhost/") for reference in keep}
+    repositories = storage_dir() / "docker" / "registry" / "v2" / "repositories"
+    if found is None or not repositories.is_dir():
+        return []
+    with _push_lock():
+        dropped = []
+        for tag in sorted(repositories.glob(f"{REGISTRY_PREFIX.split('/', 1)[1]}/*/_manifests/tags/*")):
+            name = f"{tag.relative_to(repositories).parts[0]}/{tag.relative_to(repositories).parts[1]}:{tag.name}"
+            if name not in kept:
+                shutil.rmtree(tag)
+                dropped.append(f"localhost/{name}")
+        if not dropped:
+            return []
+        before = _bytes_under(storage_dir())
+        config_file = Path(settings.IMAGES_DIR) / "registry-collect.yml"
+        config_file.write_text(config(storage_dir(), 0, read_only=False))
+        done = subprocess.run([found, "garbage-collect", "--delete-untagged", str(config_file)], capture_output=True,
+                              text=True, timeout=600)
+        if done.returncode != 0:
+            say(f"the console's registry kept its old layers: garbage-collect failed ({done.returncode}): "
+                f"{(done.stderr or done.stdout)[-500:]}")
+            return dropped
+        freed = (before - _bytes_under(storage_dir())) / 2**20
+    say(f"the console's registry dropped {len(dropped)} image(s) no recipe names ({', '.join(dropped)}): "
+        f"{freed:,.0f} MiB freed")
+    return dropped
+
+
 def publish(reference: str, push: Callable[[str, str, Path], None], say: Progress) -> str | None:
     """Push the image to the registry's folder once (its digest kept beside its archive); None where this host
     has no docker-registry or the push failed (nodes then get the archive)."""
@@ -123,11 +184,10 @@ def publish(reference: str, push: Callable[[str, str, Path], None], say: Progres
         say(f"{reference}: not in a registry (docker-registry is not installed): nodes get its archive")
         return None
     folder = Path(settings.IMAGES_DIR)
-    # One push at a time on this host (make run beside make test, two test runs): each its own server and files.
-    with open(folder / "registry.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # One push at a time on this host: each its own server and files.
+    with _push_lock():
         known = pushed_digest(reference)
-        if known:
+        if known and _tagged(reference) == known:
             return known
         port = free_port()
         started = time.monotonic()

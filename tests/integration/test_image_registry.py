@@ -5,8 +5,13 @@ Real nodes (the local cluster's), the real registry (Debian's docker-registry), 
 import asyncio
 import json
 import re
+import shutil
+import subprocess
+import tempfile
 import urllib.request
+from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from jobs.images import registry
@@ -84,3 +89,58 @@ def test_with_no_registry_a_node_gets_the_whole_archive_over_sftp(console, setti
     assert "copying it from the console" in said[0] and any("loading" in text for text in said), said
     assert on_node(local, f"podman image exists {MPI.reference} && echo yes || echo no").strip() == "yes"
     assert on_node(local, "ls -A /var/lib/training-console/image-cache").strip() == "", "the archive's copy is removed"
+
+
+@pytest.fixture
+def images_dir(settings):
+    """A folder of images of the test's own, with a short path (podman refuses a runroot of over 50 characters)."""
+    folder = Path(tempfile.mkdtemp(prefix="tc-images-"))
+    settings.IMAGES_DIR = folder
+    yield folder
+    subprocess.run(["podman", "--root", str(folder / "store"), "--runroot", str(folder / "run"), "system", "reset",
+                    "--force"], capture_output=True, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_collection_drops_the_images_no_recipe_names_and_their_own_layers_and_keeps_the_current_ones(images_dir):
+    from jobs.images import build
+
+    # A registry folder of its own, and two small images of one repository, as two builds of one recipe leave.
+    tmp_path = images_dir
+    said: list[str] = []
+    references = {}
+    for tag in ("old", "new"):
+        context = tmp_path / f"context-{tag}"
+        context.mkdir()
+        (context / "Containerfile").write_text("FROM scratch\nCOPY data.bin /data.bin\n")
+        (context / "data.bin").write_bytes(tag.encode() * 400_000)
+        references[tag] = f"localhost/training-console/tiny:{tag}"
+        build.podman("build", "-t", references[tag], "-f", str(context / "Containerfile"), str(context))
+        assert registry.publish(references[tag], build._push, said.append), said
+    blobs = tmp_path / "registry" / "docker" / "registry" / "v2" / "blobs" / "sha256"
+
+    def stored() -> set[str]:
+        return {f"sha256:{path.name}" for path in blobs.glob("*/*")}
+
+    def own_blobs(reference: str) -> set[str]:
+        manifest = json.loads((blobs / registry.pushed_digest(reference)[7:9] / registry.pushed_digest(reference)[7:]
+                               / "data").read_bytes())
+        return {registry.pushed_digest(reference), manifest["config"]["digest"],
+                *(layer["digest"] for layer in manifest["layers"])}
+
+    old, new = own_blobs(references["old"]), own_blobs(references["new"])
+    assert old | new <= stored() and not old & new
+
+    dropped = registry.collect_garbage([references["new"]], said.append)
+
+    assert dropped == [references["old"]]
+    assert not old & stored() and new <= stored(), "the old image's blobs are gone, the current one's all there"
+    assert re.search(r"dropped 1 image\(s\) no recipe names \(localhost/training-console/tiny:old\): [\d,]+ MiB freed",
+                     said[-1]), said
+    assert registry.collect_garbage([references["new"]], said.append) == [], "nothing more to drop"
+    # A digest kept for an image the registry no longer holds (a checkout of other recipes collected it) is
+    # pushed again rather than trusted.
+    (registry.storage_dir() / "docker/registry/v2/repositories/training-console/tiny/_manifests/tags/new").rename(
+        tmp_path / "gone")
+    assert registry.publish(references["new"], build._push, said.append) == registry.pushed_digest(references["new"])
+    assert (registry.storage_dir() / "docker/registry/v2/repositories/training-console/tiny/_manifests/tags/new").is_dir()

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.images import registry
 from jobs.images.build import ImageBuildError, build
 from jobs.images.recipes import SHIPPED
 
@@ -22,3 +23,6 @@ class Command(BaseCommand):
                 build(SHIPPED[name], say=lambda text: self.stdout.write(text))
             except ImageBuildError as error:
                 raise CommandError(str(error)) from None
+        # What an earlier recipe of an engine left in the registry: whichever images were asked for, every
+        # shipped recipe's current one is kept.
+        registry.collect_garbage([recipe.reference for recipe in SHIPPED.values()], lambda text: self.stdout.write(text))
