@@ -42,6 +42,10 @@ PULL_REQUEST = re.compile(
     + rb"/[a-z0-9._-]+/(?:manifests|blobs)/sha256:[0-9a-f]{64})? HTTP/1\.1\r\n")
 
 
+# The most a collection of the registry's folder may take (it reads every manifest, then removes files).
+COLLECT_SECONDS = 600
+
+
 class RegistryError(RuntimeError):
     pass
 
@@ -75,6 +79,13 @@ def pushed_digest(reference: str) -> str | None:
     except OSError:
         return None
     return text if DIGEST.fullmatch(text) else None
+
+
+def pullable_digest(reference: str) -> str | None:
+    """The pushed digest while the registry's folder still holds it under the reference's tag (a collection by a
+    checkout of other recipes may have dropped it): what a node may pull; None sends it to the archive."""
+    digest = pushed_digest(reference)
+    return digest if digest and _tagged(reference) == digest else None
 
 
 def forget(reference: str) -> None:
@@ -146,33 +157,44 @@ def _bytes_under(folder: Path) -> int:
 def collect_garbage(keep: Iterable[str], say: Progress) -> list[str]:
     """Drop every tag of the console's repositories but those of `keep` (the current recipes' references), then
     the manifests and layers no tag reaches any more (`garbage-collect --delete-untagged`); the tags dropped, as
-    references. A layer the kept images share (their base) stays. The read-only server may serve meanwhile: it
-    is asked only for the kept images, whose blobs stay; no writable one runs, under the push lock."""
+    references. A layer the kept images share (their base) stays. The read-only server may serve meanwhile: a
+    node pulls by a digest only while its tag is there (pullable_digest), and a pull cut short by a collection
+    falls back to the archive; no writable one runs, under the push lock."""
     found = binary()
     kept = {reference.removeprefix("localhost/") for reference in keep}
     repositories = storage_dir() / "docker" / "registry" / "v2" / "repositories"
     if found is None or not repositories.is_dir():
         return []
+    # Written before any tag goes, removed once the layers are collected: a collection that failed is run again
+    # by the next build, though no tag is left to drop.
+    pending = Path(settings.IMAGES_DIR) / "registry-collect.pending"
     with _push_lock():
         dropped = []
         for tag in sorted(repositories.glob(f"{REGISTRY_PREFIX.split('/', 1)[1]}/*/_manifests/tags/*")):
             name = f"{tag.relative_to(repositories).parts[0]}/{tag.relative_to(repositories).parts[1]}:{tag.name}"
             if name not in kept:
+                pending.touch()
                 shutil.rmtree(tag)
                 dropped.append(f"localhost/{name}")
-        if not dropped:
+        if not pending.exists():
             return []
         before = _bytes_under(storage_dir())
         config_file = Path(settings.IMAGES_DIR) / "registry-collect.yml"
         config_file.write_text(config(storage_dir(), 0, read_only=False))
-        done = subprocess.run([found, "garbage-collect", "--delete-untagged", str(config_file)], capture_output=True,
-                              text=True, timeout=600)
+        try:
+            done = subprocess.run([found, "garbage-collect", "--delete-untagged", str(config_file)],
+                                  capture_output=True, text=True, timeout=COLLECT_SECONDS)
+        except subprocess.TimeoutExpired:
+            say(f"the console's registry kept its old layers: garbage-collect took over {COLLECT_SECONDS} s (the "
+                "next build tries again)")
+            return dropped
         if done.returncode != 0:
             say(f"the console's registry kept its old layers: garbage-collect failed ({done.returncode}): "
-                f"{(done.stderr or done.stdout)[-500:]}")
+                f"{(done.stderr or done.stdout)[-500:]} (the next build tries again)")
             return dropped
+        pending.unlink()
         freed = (before - _bytes_under(storage_dir())) / 2**20
-    say(f"the console's registry dropped {len(dropped)} image(s) no recipe names ({', '.join(dropped)}): "
+    say(f"the console's registry dropped {len(dropped)} image(s) no recipe names ({', '.join(dropped) or 'earlier'}): "
         f"{freed:,.0f} MiB freed")
     return dropped
 
@@ -187,7 +209,7 @@ def publish(reference: str, push: Callable[[str, str, Path], None], say: Progres
     # One push at a time on this host: each its own server and files.
     with _push_lock():
         known = pushed_digest(reference)
-        if known and _tagged(reference) == known:
+        if known and pullable_digest(reference) == known:
             return known
         port = free_port()
         started = time.monotonic()

@@ -165,6 +165,7 @@ PATTERN_MESSAGES = (
     shape(gettext_noop("%(what)s ready: %(files)s files, %(size)s in %(seconds)s s; %(fetched)s fetched from the store, "
                   "%(cached)s from the node's cache")),
     shape(gettext_noop("%(node)s has no %(image)s: pulling it")),
+    shape(gettext_noop("%(node)s: %(image)s is being brought to it by another job: waiting for that")),
     shape(gettext_noop("%(node)s has no %(image)s: pulling the layers it lacks from the console's registry")),
     shape(gettext_noop("%(node)s: %(done)s MiB of %(image)s received (%(rate)s MiB/s)")),
     shape(gettext_noop("%(node)s: %(image)s pulled, %(done)s MiB received in %(seconds)s s")),
@@ -197,6 +198,7 @@ FIXED_STEPS = {text: text for text in (
 PATTERN_STEPS = (
     shape(gettext_noop("fetching the %(what)s")),
     shape(gettext_noop("pulling %(image)s")),
+    shape(gettext_noop("waiting to bring %(image)s")),
     shape(gettext_noop("naming %(image)s")),
     shape(gettext_noop("copying %(image)s")),
     shape(gettext_noop("loading %(image)s")),

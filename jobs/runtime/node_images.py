@@ -5,12 +5,13 @@ holds in neither way (a registry image of the admin's) the node pulls from where
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 import secrets
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncssh
@@ -27,6 +28,9 @@ IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 NODE_IMAGE_CACHE = "/var/lib/training-console/image-cache"
 # How often a copy of an image to a node says how far it is.
 PROGRESS_SECONDS = 5.0
+# How long a transfer of an image to a node waits for another one of the same image to that node to end before
+# it goes on without it (one_transfer_at_a_time).
+TRANSFER_WAIT_SECONDS = 900
 
 Say = Callable[[str], Awaitable[None]]
 
@@ -45,10 +49,55 @@ async def has_image(connection: asyncssh.SSHClientConnection, reference: str) ->
 async def ensure_image(connection: asyncssh.SSHClientConnection, label: str, reference: str, say: Say,
                        cache: str = NODE_IMAGE_CACHE) -> None:
     """Make sure the node holds `reference`: copy and load the console's archive (into `cache` first: root's, or a
-    folder of the user the console logs in as), or pull it."""
+    folder of the user the console logs in as), or pull it; one transfer of an image to a node at a time."""
     if await has_image(connection, reference):
         return
-    digest = registry.pushed_digest(reference)
+    async with one_transfer_at_a_time(connection, label, reference, cache, say):
+        # Brought meanwhile by the transfer this one waited for (a job's, or the start's prefetch).
+        if not await has_image(connection, reference):
+            await _bring(connection, label, reference, say, cache)
+
+
+@contextlib.asynccontextmanager
+async def one_transfer_at_a_time(connection: asyncssh.SSHClientConnection, label: str, reference: str, cache: str,
+                                 say: Say) -> AsyncIterator[None]:
+    """Hold the node's lock on bringing this image (a flock beside `cache`, held by a command of this connection and
+    released when it ends, the connection's loss included), waiting, and saying so, while another holds it. A wait
+    past TRANSFER_WAIT_SECONDS (a holder stuck on a session its console lost) goes on without the lock, as every
+    transfer did before there was one: it costs a second transfer, never the job."""
+    locks = f"{cache}.locks"
+    await run_checked(connection, label, "making the image cache", ["mkdir", "-p", cache, locks])
+    lock = f"{locks}/{hashlib.sha256(reference.encode()).hexdigest()[:16]}"
+    step = f"waiting to bring {reference}"
+    answer: asyncio.Future[str] | None = None
+    try:
+        holder = await connection.create_process(shlex.join(
+            ["flock", "-w", str(TRANSFER_WAIT_SECONDS), lock, "sh", "-c", "echo locked && exec cat >/dev/null"]))
+    except (asyncssh.Error, OSError) as error:
+        raise NodeError(label, step, str(error)) from error
+    try:
+        answer = asyncio.ensure_future(holder.stdout.readline())
+        if not (await asyncio.wait({answer}, timeout=1))[0]:
+            await say(f"{label}: {reference} is being brought to it by another job: waiting for that")
+        try:
+            line = await asyncio.wait_for(answer, TRANSFER_WAIT_SECONDS + 30)
+        except (asyncssh.Error, OSError, TimeoutError) as error:
+            raise NodeError(label, step, str(error) or type(error).__name__) from error
+        if line.strip() != "locked":
+            await say(f"{label}: the other transfer of {reference} did not end within {TRANSFER_WAIT_SECONDS} s: "
+                      "bringing it all the same")
+        yield
+    finally:
+        if answer is not None and not answer.done():
+            answer.cancel()
+        holder.stdin.write_eof()
+        holder.close()
+        with contextlib.suppress(TimeoutError, asyncssh.Error, OSError, asyncio.CancelledError):
+            await asyncio.wait_for(holder.wait_closed(), 10)
+
+
+async def _bring(connection: asyncssh.SSHClientConnection, label: str, reference: str, say: Say, cache: str) -> None:
+    digest = registry.pullable_digest(reference)
     if digest and settings.IMAGE_REGISTRY_PORT and await _registry_answers(settings.IMAGE_REGISTRY_PORT):
         try:
             await pull_from_console(connection, label, reference, digest, say)
@@ -75,9 +124,8 @@ async def copy_archive(connection: asyncssh.SSHClientConnection, label: str, ref
     """Copy the image's whole archive into the node's `cache` over SFTP, saying how far it is, and load it."""
     size_mib = (await asyncio.to_thread(archive.stat)).st_size / 2**20
     await say(f"{label} has no {reference}: copying it from the console ({size_mib:,.0f} MiB)")
-    # A name of this copy's own: several console processes may copy the same image to one node at once.
+    # A name of this copy's own (one_transfer_at_a_time keeps one copy of an image at a time, not of two images).
     remote = f"{cache}/{archive.name}.{secrets.token_hex(8)}"
-    await run_checked(connection, label, "making the image cache", ["mkdir", "-p", cache])
     started = time.monotonic()
     copied = [0]
 

@@ -7,6 +7,7 @@ from jobs.launch.plan import KeyPair, gpu_devices_for, pids_limit_for, plan_job
 from jobs.models import Node, workers_launch_values
 from jobs.runtime.containers import run_argv
 from jobs.runtime.node_health import Probe, record
+from tests.unit.fake_lock_holder import lock_holder
 
 pytestmark = pytest.mark.django_db
 
@@ -115,6 +116,10 @@ class FakeNode:
             self.holds_image = True
         return SimpleNamespace(exit_status=0, stdout="c0ffee\n", stderr="")
 
+    async def create_process(self, command):
+        self.commands.append(command)
+        return lock_holder(self.commands)
+
     def start_sftp_client(self):
         node = self
 
@@ -171,7 +176,8 @@ def test_a_node_is_asked_for_the_image_only_when_starting_the_container_says_it_
     started = asyncio.run(preparation.prepare_worker(plan, plan.workers[0], code, report))
 
     podman = [command.split()[1] for command in node.commands if command.startswith("podman")]
-    assert podman == (["run"] if holds_image else ["run", "image", "load", "run"])
+    # (The image is looked for again once the node's lock on bringing it is held: another may have brought it.)
+    assert podman == (["run"] if holds_image else ["run", "image", "image", "load", "run"])
     assert started.container_id == "c0ffee" and plan.workers[0].workdir in node.folders
     workdir = plan.workers[0].workdir
     # Every folder above the worker's can be passed through by the job's uid; the worker's is root's alone while it

@@ -5,6 +5,7 @@ receives, and a node's way to an image (the SSH side faked)."""
 import asyncio
 import dataclasses
 import json
+import shutil
 from types import SimpleNamespace
 
 import asyncssh
@@ -14,6 +15,7 @@ from jobs.images import registry
 from jobs.images.recipes import BASE, HOROVOD, MINDSPORE, MPI, PY_SPY, SHIPPED
 from jobs.runtime import node_images
 from jobs.runtime.image_relay import CountingRelay
+from tests.unit.fake_lock_holder import lock_holder
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE_ID = "cd" * 32
@@ -58,6 +60,14 @@ def test_a_digest_file_that_is_not_a_sha256_digest_is_not_believed(settings, tmp
     assert registry.pushed_digest(MPI.reference) == DIGEST
 
 
+def tag_in_registry(reference: str) -> None:
+    """The registry's folder holds DIGEST under the reference's tag, as a push leaves it."""
+    tag = (registry.storage_dir() / "docker/registry/v2/repositories" / registry.repository_of(reference) / "_manifests"
+           / "tags" / reference.rpartition(":")[2] / "current" / "link")
+    tag.parent.mkdir(parents=True, exist_ok=True)
+    tag.write_text(DIGEST)
+
+
 def test_an_image_is_pushed_once_and_never_where_no_registry_is_installed(settings, tmp_path, monkeypatch):
     settings.IMAGES_DIR = str(tmp_path)
     said: list[str] = []
@@ -73,10 +83,7 @@ def test_an_image_is_pushed_once_and_never_where_no_registry_is_installed(settin
 
     monkeypatch.setattr(registry, "binary", lambda: "/usr/bin/docker-registry")
     registry.digest_path(MPI.reference).write_text(DIGEST)
-    tag = (registry.storage_dir() / "docker/registry/v2/repositories/training-console/mpi/_manifests/tags"
-           / MPI.reference.rpartition(":")[2] / "current" / "link")
-    tag.parent.mkdir(parents=True)
-    tag.write_text(DIGEST)
+    tag_in_registry(MPI.reference)
     assert registry.publish(MPI.reference, push, said.append) == DIGEST
     assert pushes == [], "a digest on record that the registry holds under the tag means the registry has the image"
     registry.forget(MPI.reference)
@@ -153,8 +160,10 @@ def test_the_relay_closes_a_connection_that_asks_to_push_and_passes_none_of_it()
 class PullingNode:
     """A node's SSH side: what it was told to run, and whether its SSH server forwards a port back."""
 
-    def __init__(self, forwards: bool, pull_fails: bool = False):
+    def __init__(self, forwards: bool, pull_fails: bool = False, lock_waits_out: bool = False):
         self.forwards, self.pull_fails, self.commands, self.listeners = forwards, pull_fails, [], []
+        # flock's answer: "locked", or nothing once its wait ran out (another transfer held the lock throughout).
+        self.lock_answer = "" if lock_waits_out else "locked\n"
 
     async def run(self, command, check=False, timeout=None, **_):
         self.commands.append(command)
@@ -175,6 +184,10 @@ class PullingNode:
                                    to=(listen_host, listen_port, dest_host, dest_port))
         self.listeners.append(listener)
         return listener
+
+    async def create_process(self, command):
+        self.commands.append(command)
+        return lock_holder(self.commands, self.lock_answer)
 
     def start_sftp_client(self):
         node = self
@@ -197,6 +210,7 @@ def registry_answering(settings, tmp_path):
     """A digest on record for the MPI image, an archive of it, and something answering on the registry's port."""
     settings.IMAGES_DIR = str(tmp_path)
     registry.digest_path(MPI.reference).write_text(DIGEST)
+    tag_in_registry(MPI.reference)
     (tmp_path / MPI.archive_name()).write_bytes(b"an image archive")
 
     async def with_registry(test):
@@ -218,11 +232,38 @@ def test_a_node_pulls_the_image_by_its_digest_through_a_port_forwarded_for_the_p
 
     asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
     pull = f"podman pull --quiet --tls-verify=false 127.0.0.1:41999/training-console/mpi@{DIGEST}"
-    assert node.commands[1:] == [pull, f"podman tag {IMAGE_ID} {MPI.reference}",
-                                 f"podman untag {IMAGE_ID} {pull.rsplit(' ', 1)[1]}"]
+    exists, cache, lock, exists_again, *rest = node.commands
+    assert exists == exists_again == f"podman image exists {MPI.reference}", "looked at again once the lock is held"
+    assert cache == f"mkdir -p {node_images.NODE_IMAGE_CACHE} {node_images.NODE_IMAGE_CACHE}.locks"
+    assert lock.startswith(f"flock -w 900 {node_images.NODE_IMAGE_CACHE}.locks/")
+    assert rest == [pull, f"podman tag {IMAGE_ID} {MPI.reference}", f"podman untag {IMAGE_ID} {pull.rsplit(' ', 1)[1]}",
+                    "lock released"]
     assert node.listeners[0].to[:2] == ("127.0.0.1", 0), "the node listens on its loopback, on a port of its choice"
     assert node.listeners[-1] == "closed", "the forwarded port is closed after the pull"
     assert "pulling the layers it lacks from the console's registry" in said[0] and "pulled" in said[-1]
+
+
+def test_a_transfer_that_waited_out_anothers_hold_on_the_image_brings_it_all_the_same_saying_so(registry_answering):
+    node, said = PullingNode(forwards=True, lock_waits_out=True), []
+
+    async def say(text):
+        said.append(text)
+
+    asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
+    assert any(command.startswith("podman pull") for command in node.commands) and node.commands[-1] == "lock released"
+    assert any("did not end within 900 s: bringing it all the same" in text for text in said), said
+
+
+def test_a_digest_whose_tag_the_registry_no_longer_holds_sends_the_node_to_the_archive(registry_answering):
+    node, said = PullingNode(forwards=True), []
+
+    async def say(text):
+        said.append(text)
+
+    shutil.rmtree(registry.storage_dir())
+    asyncio.run(registry_answering(lambda: node_images.ensure_image(node, "node-1", MPI.reference, say)))
+    assert not any(command.startswith("podman pull") for command in node.commands) and node.listeners == []
+    assert any(command.startswith("podman load") for command in node.commands)
 
 
 def test_a_node_whose_ssh_server_forwards_no_port_gets_the_whole_archive(registry_answering):

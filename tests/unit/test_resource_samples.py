@@ -160,7 +160,8 @@ def test_the_recorders_own_look_waits_no_longer_than_one_probe_for_a_silent_node
 
 def usage_answer(tmp_path, label: str, plans_gpus: str) -> tuple[str, str]:
     """worker-usage.sh's answer for a running container whose GPUs label says `label`, beside the GPUs nvidia-smi
-    was asked about: podman and nvidia-smi are stand-ins on the PATH (the container's pid is this process's)."""
+    was asked about: podman and nvidia-smi are stand-ins on the PATH (the container's pid is this process's; podman
+    warns on stderr, as a rootless one may)."""
     import os
     import subprocess
 
@@ -168,7 +169,9 @@ def usage_answer(tmp_path, label: str, plans_gpus: str) -> tuple[str, str]:
 
     tools = tmp_path / "bin"
     tools.mkdir()
-    (tools / "podman").write_text(f"#!/bin/sh\nprintf 'true {os.getpid()}\\n\\n\\n\\n{label}\\n'\n")
+    # With a warning on stderr, as a rootless Podman may print: not one of the answer's lines.
+    (tools / "podman").write_text(f"#!/bin/sh\necho 'WARN[0000] a warning' >&2\n"
+                                  f"printf 'true {os.getpid()}\\n\\n\\n\\n{label}\\n'\n")
     (tools / "nvidia-smi").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/asked\necho '50, 1024'\n")
     for tool in tools.iterdir():
         tool.chmod(0o755)

@@ -17,7 +17,9 @@ format='{{.State.Running}} {{.State.Pid}}
 {{.GraphDriver.Data.UpperDir}}
 {{range .Mounts}}{{if eq .Destination "/home/ma-user"}}{{.Source}}{{end}}{{end}}
 {{index .Config.Labels "training-console.gpus"}}'
-if ! answer=$(podman container inspect --format "$format" "$name" 2>&1); then
+# Its warnings apart (a rootless Podman may print one), or they would be read as the lines above.
+if ! answer=$(podman container inspect --format "$format" "$name" 2>/dev/null); then
+    answer=$(podman container inspect --format '{{.Id}}' "$name" 2>&1 >/dev/null)
     case "$answer" in
         *"no such"*) echo "state=gone" ;;
         *) echo "state=error $(echo "$answer" | tr -d '\n' | cut -c1-200)" ;;
