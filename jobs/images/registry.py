@@ -208,8 +208,8 @@ def publish(reference: str, push: Callable[[str, str, Path], None], say: Progres
     folder = Path(settings.IMAGES_DIR)
     # One push at a time on this host: each its own server and files.
     with _push_lock():
-        known = pushed_digest(reference)
-        if known and pullable_digest(reference) == known:
+        known = pullable_digest(reference)
+        if known:
             return known
         port = free_port()
         started = time.monotonic()

@@ -69,7 +69,7 @@ async def collect_outputs(target: SshTarget, remote_dir: str, destination: Path,
 async def list_shared_outputs(target: SshTarget, remote_dir: str) -> OutputsResult:
     """train_url in the owner's folder of a writable shared file system: its files are already where they are
     kept, so they are listed (names and sizes, for the job's page), not copied."""
-    return await _within_time(_list_shared(target, remote_dir), 0)
+    return await _within_time(_collect(target, remote_dir, None, 0), 0)
 
 
 async def _within_time(work: Awaitable[OutputsResult], limit: int) -> OutputsResult:
@@ -83,22 +83,8 @@ async def _within_time(work: Awaitable[OutputsResult], limit: int) -> OutputsRes
         return OutputsResult("failed", f"Collecting the outputs failed: {error}", limit=limit)
 
 
-async def _list_shared(target: SshTarget, remote_dir: str) -> OutputsResult:
-    connection = await connect(target)
-    async with connection, connection.start_sftp_client() as sftp:
-        try:
-            if not await sftp.isdir(remote_dir):
-                return OutputsResult("missing", f"{remote_dir} is not a directory on worker-0.")
-        except asyncssh.SFTPError as error:
-            return OutputsResult("missing", f"{remote_dir} cannot be read on worker-0: {error.reason}")
-        files = await _walk(sftp, remote_dir, cut_at_most=True)
-    listed_all = len(files) <= MAX_FILES
-    files = files[:MAX_FILES]
-    state, message = describe_shared(files, remote_dir, listed_all=listed_all)
-    return OutputsResult(state, message, files)
-
-
-async def _collect(target: SshTarget, remote_dir: str, destination: Path, limit: int) -> OutputsResult:
+async def _collect(target: SshTarget, remote_dir: str, destination: Path | None, limit: int) -> OutputsResult:
+    """Copy what fits the limit into `destination`; with none, only list the files (list_shared_outputs)."""
     connection = await connect(target)
     async with connection, connection.start_sftp_client() as sftp:
         try:
@@ -106,6 +92,10 @@ async def _collect(target: SshTarget, remote_dir: str, destination: Path, limit:
                 return OutputsResult("missing", f"{remote_dir} is not a directory on worker-0.", limit=limit)
         except asyncssh.SFTPError as error:
             return OutputsResult("missing", f"{remote_dir} cannot be read on worker-0: {error.reason}", limit=limit)
+        if destination is None:
+            files = await _walk(sftp, remote_dir, cut_at_most=True)
+            state, message = describe_shared(files[:MAX_FILES], remote_dir, listed_all=len(files) <= MAX_FILES)
+            return OutputsResult(state, message, files[:MAX_FILES])
         files = await _walk(sftp, remote_dir)
         kept = choose_kept(files, limit)
         root = destination.resolve()  # noqa: ASYNC240 - the run's own event loop (see _copy)
